@@ -1,0 +1,3 @@
+from octopipe_core.cli import main
+
+raise SystemExit(main())

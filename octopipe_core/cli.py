@@ -1,0 +1,45 @@
+"""The ``octopipe`` command line (also ``python -m octopipe_core``).
+
+Each sub-command lives in ``octopipe_core/commands/<name>.py`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a handler returning an
+exit code. User errors (``OctoPipeError``) print as one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from octopipe_core.errors import OctoPipeError
+
+COMMAND_MODULES = ("simulate", "baselines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="octopipe",
+        description="Simulate, compare, tune and export pipeline-parallel plans.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"octopipe_core.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except OctoPipeError as e:
+        print(f"octopipe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("octopipe: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""``octopipe simulate``: simulate one peer schedule, or a saved plan."""
+
+from __future__ import annotations
+
+import argparse
+
+from octopipe_core.commands.common import print_json, resolve_profile, table
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import load_plan
+from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
+from octopipe_core.simulator import SimResult, simulate
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a peer schedule or a saved plan",
+        description="Simulate a peer schedule on a profile, or a plan saved as JSON.",
+    )
+    p.add_argument("--profile", metavar="FILE", help="profile file or bundled sample name")
+    p.add_argument("--plan", metavar="PLAN.json", help="a saved plan (its profile is embedded)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
+    p.add_argument("--devices", type=int, default=4, metavar="D")
+    p.add_argument("--microbatches", type=int, default=16, metavar="M")
+    p.add_argument("--chunks", type=int, default=None, metavar="V", help="interleaved chunks")
+    p.add_argument("--partition", choices=PARTITIONS, default="uniform")
+    p.add_argument(
+        "--memory-gib",
+        type=float,
+        default=None,
+        metavar="X",
+        help="memory cap per device in GiB (default: the profile's device memory)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--show-schedule", action="store_true", help="print the per-device orders")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plan:
+        plan, prof = load_plan(args.plan)
+        if prof is None:
+            if not args.profile:
+                raise OctoPipeError(
+                    f"{args.plan}: field 'profile': the plan has no embedded profile; "
+                    "fix: pass --profile FILE"
+                )
+            prof = resolve_profile(args.profile)
+        cap = args.memory_gib if args.memory_gib is not None else plan.meta.get("memory_cap_gib")
+        result = simulate(prof, plan, cap)
+    else:
+        if not args.profile:
+            raise OctoPipeError(
+                "simulate: field '--profile': missing; fix: pass --profile FILE or --plan PLAN.json"
+            )
+        prof = resolve_profile(args.profile)
+        plan = build_plan(
+            prof, args.schedule, args.devices, args.microbatches, args.chunks, args.partition
+        )
+        result = simulate(prof, plan, args.memory_gib)
+    if args.json:
+        print_json(result.metrics())
+    else:
+        print(report(result))
+        if args.show_schedule:
+            print()
+            print(plan)
+    return 0
+
+
+def report(r: SimResult) -> str:
+    """A readable summary of one simulation."""
+    m = r.metrics()
+    head = (
+        f"{r.profile.name}: {m['schedule'] or 'plan'} on {m['devices']} devices, "
+        f"{m['stages']} stages, {m['microbatches']} micro-batches"
+    )
+    rows = [
+        ["step_time_ms", m["step_time_ms"]],
+        ["lower_bound_ms (compute / devices)", m["lower_bound_ms"]],
+        ["bubble_ratio (idle / devices x step)", m["bubble_ratio"]],
+        ["bubble_ratio_vs_ideal (idle / busy)", m["bubble_ratio_vs_ideal"]],
+        ["comm_overlap_ratio", m["comm_overlap_ratio"]],
+        ["tokens_per_gpu_per_s (tokens/GPU/s)", m["tokens_per_gpu_per_s"]],
+        ["memory_cap_gib", m["memory_cap_gib"]],
+        ["fits_memory", m["fits_memory"]],
+    ]
+    mem = table([[d, g] for d, g in enumerate(m["peak_memory_gib"])], ["device", "peak_memory_gib"])
+    return f"{head}\n{table(rows, ['metric', 'value'])}\n\n{mem}"

@@ -1,0 +1,66 @@
+"""Stage-level costs: a profile's per-layer costs summed over each stage of a plan.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> c = stage_costs(prof, [(0, 2), (2, 4)])
+>>> c.f_ms, c.weight_mib
+([1.1, 3.0], [1000.0, 1000.0])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from octopipe_core.profile import Profile
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-stage sums (times in ms, memory in MiB) and the boundary transfer times."""
+
+    f_ms: list[float]
+    b_ms: list[float]
+    w_ms: list[float]
+    activation_mib: list[float]
+    stash_mib: list[float]
+    weight_mib: list[float]
+    output_mib: list[float]
+    send_ms: list[float]  # transfer time of stage s's output (and of the gradient sent back to it)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.f_ms)
+
+    def total_ms(self, s: int) -> float:
+        return self.f_ms[s] + self.b_ms[s] + self.w_ms[s]
+
+
+def stage_costs(profile: Profile, partition: list[tuple[int, int]]) -> StageCosts:
+    """Sum layer costs over each ``[start, end)`` range of ``partition``."""
+    layers = profile.layer_costs()
+    n = len(partition)
+    f, b, w = [0.0] * n, [0.0] * n, [0.0] * n
+    act, stash, wt, out, send = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    for s, (lo, hi) in enumerate(partition):
+        for lt in layers[lo:hi]:
+            f[s] += lt.forward_ms
+            b[s] += lt.backward_input_ms
+            w[s] += lt.backward_weight_ms
+            act[s] += lt.activation_mib
+            stash[s] += lt.w_stash_mib
+            wt[s] += lt.weight_mib
+        out[s] = layers[hi - 1].output_mib if hi > lo else 0.0
+        send[s] = profile.device.transfer_ms(out[s])
+    r = _round
+    return StageCosts(r(f), r(b), r(w), r(act), r(stash), r(wt), out, send)
+
+
+def _round(xs: list[float]) -> list[float]:
+    return [round(x, 9) for x in xs]
+
+
+def layer_times_ms(profile: Profile) -> list[float]:
+    """F+B+W time of each layer, in model order."""
+    return [
+        lt.forward_ms + lt.backward_input_ms + lt.backward_weight_ms for lt in profile.layer_costs()
+    ]

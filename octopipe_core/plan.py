@@ -1,0 +1,347 @@
+"""Pipeline plans as plain data: partition, placement and schedule.
+
+* **partition**: stage ``s`` holds the contiguous layers ``partition[s] = (start, end)``
+  (``end`` exclusive);
+* **placement**: stage ``s`` runs on device ``placement[s]`` (a device may hold several stages);
+* **schedule**: ``schedule[d]`` is the ordered list of compute actions of device ``d``.
+
+An action prints as ``{stage}{kind}{microbatch}``, in the spirit of PyTorch's pipelining IR:
+``2F0`` (forward), ``2B0`` (input-gradient backward), ``2W0`` (weight-gradient backward) and
+``2BW0`` (fused full backward).
+
+>>> plan = Plan(2, [(0, 1), (1, 2)], [0, 1],
+...             [parse_actions("0F0 0F1 0BW0 0BW1"), parse_actions("1F0 1BW0 1F1 1BW1")])
+>>> validate_plan(plan, num_layers=2)
+>>> print(format_schedule(plan))
+d0: 0F0 0F1 0BW0 0BW1
+d1: 1F0 1BW0 1F1 1BW1
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from octopipe_core.errors import OctoPipeError, input_error
+
+PLAN_FORMAT = "octopipe.plan/v1"
+KINDS = ("F", "B", "W", "BW")
+_ACTION_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
+
+
+class Action(NamedTuple):
+    """One compute action: ``kind`` of ``stage`` on micro-batch ``mb``."""
+
+    stage: int
+    kind: str
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    @staticmethod
+    def parse(text: str) -> Action:
+        """Parse ``"2F0"``-style text.
+
+        >>> Action.parse("3BW12")
+        Action(stage=3, kind='BW', mb=12)
+        """
+        m = _ACTION_RE.match(text.strip())
+        if not m:
+            raise OctoPipeError(
+                f"bad action {text!r}; fix: write <stage><F|B|W|BW><microbatch>, e.g. 2F0"
+            )
+        return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+
+
+def parse_actions(text: str | Iterable[str]) -> list[Action]:
+    """Parse a space-separated string (or a list of strings) of actions."""
+    items = text.split() if isinstance(text, str) else list(text)
+    return [Action.parse(t) for t in items]
+
+
+@dataclass
+class Plan:
+    """A complete pipeline plan; see the module docstring."""
+
+    num_microbatches: int
+    partition: list[tuple[int, int]]
+    placement: list[int]
+    schedule: list[list[Action]]
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.partition)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.schedule)
+
+    def stages_on(self, device: int) -> list[int]:
+        return [s for s, d in enumerate(self.placement) if d == device]
+
+    def copy(self) -> Plan:
+        return Plan(
+            self.num_microbatches,
+            list(self.partition),
+            list(self.placement),
+            [list(a) for a in self.schedule],
+            self.name,
+            dict(self.meta),
+        )
+
+    def to_dict(self, profile: Any | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "format": PLAN_FORMAT,
+            "name": self.name,
+            "num_devices": self.num_devices,
+            "num_microbatches": self.num_microbatches,
+            "partition": [list(r) for r in self.partition],
+            "placement": list(self.placement),
+            "schedule": [" ".join(map(str, acts)) for acts in self.schedule],
+        }
+        if self.meta:
+            d["meta"] = self.meta
+        if profile is not None:
+            d["profile"] = profile.to_dict()
+        return d
+
+    def __str__(self) -> str:
+        return format_plan(self)
+
+
+def format_schedule(plan: Plan) -> str:
+    """One line per device: ``d0: 0F0 0F1 0B0 ...``."""
+    return "\n".join(f"d{d}: " + " ".join(map(str, a)) for d, a in enumerate(plan.schedule))
+
+
+def format_plan(plan: Plan) -> str:
+    """A compact, diff-friendly text form of the whole plan."""
+    head = f"plan {plan.name or '(unnamed)'}: {plan.num_devices} devices, "
+    head += f"{plan.num_stages} stages, {plan.num_microbatches} micro-batches"
+    parts = " ".join(
+        f"s{s}[{a}:{b})@d{plan.placement[s]}" for s, (a, b) in enumerate(plan.partition)
+    )
+    return f"{head}\nstages: {parts}\n{format_schedule(plan)}"
+
+
+def plan_from_dict(data: Any, src: str = "<plan>") -> Plan:
+    """Parse and shape-check a plan dict (use ``validate_plan`` for the full check)."""
+    if not isinstance(data, dict):
+        raise input_error(src, "<root>", "expected a JSON object", "save plans with octopipe")
+    if data.get("format") != PLAN_FORMAT:
+        raise input_error(
+            src, "format", f"got {data.get('format')!r}", f'set "format": "{PLAN_FORMAT}"'
+        )
+    m = data.get("num_microbatches")
+    if isinstance(m, bool) or not isinstance(m, int) or m <= 0:
+        raise input_error(src, "num_microbatches", f"got {m!r}", "use a positive integer")
+    part = data.get("partition")
+    if not isinstance(part, list) or not part:
+        raise input_error(src, "partition", "missing", "list [start, end) layer ranges per stage")
+    partition: list[tuple[int, int]] = []
+    for i, r in enumerate(part):
+        if (
+            not isinstance(r, list)
+            or len(r) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+        ):
+            raise input_error(src, f"partition[{i}]", f"got {r!r}", "write [start, end]")
+        partition.append((r[0], r[1]))
+    place = data.get("placement")
+    if not isinstance(place, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in place
+    ):
+        raise input_error(src, "placement", f"got {place!r}", "list one device index per stage")
+    sched_raw = data.get("schedule")
+    if not isinstance(sched_raw, list) or not sched_raw:
+        raise input_error(src, "schedule", "missing", "list one action string per device")
+    schedule: list[list[Action]] = []
+    for d, row in enumerate(sched_raw):
+        if not isinstance(row, (str, list)):
+            raise input_error(src, f"schedule[{d}]", "expected a string", 'write "0F0 0B0 ..."')
+        try:
+            schedule.append(parse_actions(row))
+        except OctoPipeError as e:
+            raise input_error(
+                src, f"schedule[{d}]", str(e).split(";")[0], "write e.g. 2F0"
+            ) from None
+    nd = data.get("num_devices", len(schedule))
+    if nd != len(schedule):
+        raise input_error(
+            src, "num_devices", f"{nd} but schedule has {len(schedule)} rows", "make them equal"
+        )
+    meta = data.get("meta", {})
+    return Plan(m, partition, list(place), schedule, str(data.get("name", "")), dict(meta))
+
+
+def save_plan(plan: Plan, path: str | Path, profile: Any | None = None) -> None:
+    """Write a plan (with its profile embedded when given) as JSON."""
+    Path(path).write_text(json.dumps(plan.to_dict(profile), indent=1) + "\n")
+
+
+def load_plan(path: str | Path) -> tuple[Plan, Any | None]:
+    """Read a plan JSON; returns the plan and its embedded profile (or None)."""
+    from octopipe_core.profile import Profile
+
+    p = Path(path)
+    if not p.is_file():
+        raise OctoPipeError(f"{p}: file not found; fix: pass a plan .json written by octopipe")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise input_error(str(p), "<file>", f"invalid JSON ({e})", "fix the JSON syntax") from None
+    plan = plan_from_dict(data, str(p))
+    prof = Profile.from_dict(data["profile"], f"{p}#profile") if "profile" in data else None
+    if prof is not None:
+        validate_plan(plan, prof.num_layers, src=str(p))
+    return plan, prof
+
+
+# --------------------------------------------------------------------------------------------
+# Dependencies and validation
+def backward_kinds(plan: Plan) -> dict[tuple[int, int], str]:
+    """Per (stage, micro-batch): ``"B"`` if the backward is split into B and W, ``"BW"`` if not."""
+    kinds: dict[tuple[int, int], str] = {}
+    for acts in plan.schedule:
+        for a in acts:
+            if a.kind in ("B", "BW"):
+                kinds.setdefault((a.stage, a.mb), a.kind)
+    return kinds
+
+
+def producers(a: Action, num_stages: int, bkind: dict[tuple[int, int], str]) -> list[Action]:
+    """Data producers of ``a``: F(s) needs F(s-1); B(s) needs B(s+1) (or F(s) on the last
+    stage); W(s) needs B(s). ``bkind`` tells whether each backward is split or fused.
+
+    >>> producers(Action(1, "B", 0), 3, {(2, 0): "BW"})
+    [Action(stage=2, kind='BW', mb=0)]
+    """
+    s, k, m = a
+    if k == "F":
+        return [Action(s - 1, "F", m)] if s > 0 else []
+    if k in ("B", "BW"):
+        if s == num_stages - 1:
+            return [Action(s, "F", m)]
+        return [Action(s + 1, bkind.get((s + 1, m), "B"), m)]
+    return [Action(s, "B", m)]
+
+
+def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") -> None:
+    """Check shapes, completeness and that the per-device orders respect data dependencies.
+
+    Raises ``OctoPipeError`` naming the problem; a dependency cycle is named action by action.
+    """
+    S, D, M = plan.num_stages, plan.num_devices, plan.num_microbatches
+    if len(plan.placement) != S:
+        raise input_error(
+            src, "placement", f"{len(plan.placement)} entries for {S} stages", "one per stage"
+        )
+    for s, d in enumerate(plan.placement):
+        if not 0 <= d < D:
+            raise input_error(src, f"placement[{s}]", f"device {d} out of range", f"use 0..{D - 1}")
+    prev_end = 0
+    for s, (a, b) in enumerate(plan.partition):
+        if a != prev_end or b <= a:
+            raise input_error(
+                src, f"partition[{s}]", f"[{a}, {b}) is not contiguous after {prev_end}",
+                f"start stage {s} at layer {prev_end} and give it at least one layer",
+            )  # fmt: skip
+        prev_end = b
+    if num_layers is not None and prev_end != num_layers:
+        raise input_error(
+            src, "partition", f"covers {prev_end} layers, model has {num_layers}",
+            f"end the last stage at {num_layers}",
+        )  # fmt: skip
+    seen: dict[Action, int] = {}
+    for d, acts in enumerate(plan.schedule):
+        for a in acts:
+            if not 0 <= a.stage < S or not 0 <= a.mb < M:
+                raise input_error(
+                    src, f"schedule[{d}]", f"action {a} out of range",
+                    f"use stages 0..{S - 1} and micro-batches 0..{M - 1}",
+                )  # fmt: skip
+            if plan.placement[a.stage] != d:
+                raise input_error(
+                    src, f"schedule[{d}]", f"{a} runs on device {d} but stage {a.stage} is "
+                    f"placed on device {plan.placement[a.stage]}", "move it to that device",
+                )  # fmt: skip
+            if a in seen:
+                raise input_error(src, f"schedule[{d}]", f"{a} appears twice", "keep one")
+            seen[a] = d
+    bkind = backward_kinds(plan)
+    for s in range(S):
+        for m in range(M):
+            bk = bkind.get((s, m), "BW")
+            need = ["F", *(("B", "W") if bk == "B" else ("BW",))]
+            for k in need:
+                if Action(s, k, m) not in seen:
+                    raise input_error(
+                        src, "schedule", f"action {Action(s, k, m)} is missing",
+                        "every stage runs F and either B+W or a fused BW on each micro-batch",
+                    )  # fmt: skip
+            extra = ("BW",) if bk == "B" else ("B", "W")
+            for k in extra:
+                if Action(s, k, m) in seen:
+                    raise input_error(
+                        src, "schedule", f"micro-batch {m} of stage {s} has both a fused BW and "
+                        f"a split {k}", "keep either BW or the pair B, W",
+                    )  # fmt: skip
+    cycle = find_order_cycle(plan, bkind)
+    if cycle:
+        path = " -> ".join(map(str, cycle))
+        raise OctoPipeError(
+            f"{src}: field 'schedule': the device orders contradict the data dependencies "
+            f"(cycle {path}); fix: move one of these actions later on its device"
+        )
+
+
+def find_order_cycle(
+    plan: Plan, bkind: dict[tuple[int, int], str] | None = None
+) -> list[Action] | None:
+    """Return a dependency cycle among actions (data edges + device order), or None."""
+    bkind = backward_kinds(plan) if bkind is None else bkind
+    S = plan.num_stages
+    # Kahn-style progress over device orders; if stuck, walk back to find the cycle.
+    pos = [0] * plan.num_devices
+    done: set[Action] = set()
+    total = sum(len(a) for a in plan.schedule)
+    progress = True
+    while progress:
+        progress = False
+        for d, acts in enumerate(plan.schedule):
+            while pos[d] < len(acts):
+                a = acts[pos[d]]
+                if all(p in done for p in producers(a, S, bkind)):
+                    done.add(a)
+                    pos[d] += 1
+                    progress = True
+                else:
+                    break
+    if len(done) == total:
+        return None
+    # Stuck: every blocked head waits for something; follow "waits for" edges to a cycle.
+    where = {a: (d, i) for d, acts in enumerate(plan.schedule) for i, a in enumerate(acts)}
+
+    def blocker(a: Action) -> Action:
+        d, i = where[a]
+        if pos[d] < i:  # a is behind the device head: it waits for the head
+            return plan.schedule[d][pos[d]]
+        return next(p for p in producers(a, S, bkind) if p not in done)
+
+    start = next(acts[pos[d]] for d, acts in enumerate(plan.schedule) if pos[d] < len(acts))
+    path: list[Action] = []
+    index: dict[Action, int] = {}
+    cur = start
+    while cur not in index:
+        index[cur] = len(path)
+        path.append(cur)
+        cur = blocker(cur)
+    cyc = path[index[cur] :]
+    return [*cyc, cyc[0]]

@@ -1,0 +1,499 @@
+"""Layer profiles (`octopipe.profile/v1`): what each layer of one model costs on one device.
+
+A profile lists layer types with their forward (F), input-gradient backward (B) and
+weight-gradient backward (W) times, their activation, weight and boundary-output memory, and
+the model as an ordered list of layers. Memory semantics used by the simulator:
+
+* F allocates ``activation_mib``;
+* B frees all of it but ``w_stash_mib`` (what W still needs: the inputs of the linear layers);
+* W frees the rest; a fused BW frees everything at its end.
+
+``w_stash_mib`` is optional. Its default, ``activation_mib * 32 / 34``, is the zero-bubble
+paper's ratio for a transformer layer with flash attention: F keeps ``34·s·b·h`` bytes and W
+still needs ``32·s·b·h`` of them after B.
+
+Profiles are read from JSON or from a CSV with one row per layer (see ``load_profile``).
+Nothing read is ever executed: every field is type-checked and range-checked, and each
+problem is reported as one line naming the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from octopipe_core.errors import OctoPipeError, input_error
+
+FORMAT = "octopipe.profile/v1"
+FAMILIES = ("embedding", "attention", "mamba", "moe", "mlp", "transformer_block", "lm_head")
+W_STASH_DEFAULT_RATIO = 32.0 / 34.0
+COST_FIELDS = (
+    "forward_ms",
+    "backward_input_ms",
+    "backward_weight_ms",
+    "activation_mib",
+    "weight_mib",
+    "output_mib",
+)
+# Name fragments used to infer a layer family when a type does not state it (first match wins).
+_FAMILY_HINTS = (
+    ("embed", "embedding"),
+    ("lm_head", "lm_head"),
+    ("head", "lm_head"),
+    ("logit", "lm_head"),
+    ("moe", "moe"),
+    ("expert", "moe"),
+    ("mamba", "mamba"),
+    ("ssm", "mamba"),
+    ("block", "transformer_block"),
+    ("decoder", "transformer_block"),
+    ("transformer", "transformer_block"),
+    ("attn", "attention"),
+    ("attention", "attention"),
+    ("mlp", "mlp"),
+    ("ffn", "mlp"),
+)
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """Costs of one kind of layer at the profile's micro-batch size (times in ms, memory in MiB)."""
+
+    name: str
+    family: str
+    forward_ms: float
+    backward_input_ms: float
+    backward_weight_ms: float
+    activation_mib: float
+    weight_mib: float
+    output_mib: float
+    w_stash_mib: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("family", *COST_FIELDS, "w_stash_mib")}
+        return d
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """The device type the profile was measured (or modelled) on."""
+
+    name: str = "H800"
+    memory_gib: float = 80.0
+    p2p_gbps: float = 50.0
+    p2p_latency_us: float = 10.0
+
+    def transfer_ms(self, size_mib: float) -> float:
+        """Time of one point-to-point transfer: latency + size / bandwidth (GB/s = 1e9 B/s).
+
+        >>> round(DeviceSpec(p2p_gbps=50, p2p_latency_us=10).transfer_ms(64), 4)
+        1.3522
+        """
+        if size_mib <= 0:
+            return 0.0
+        return self.p2p_latency_us / 1000.0 + size_mib * 2**20 / (self.p2p_gbps * 1e9) * 1000.0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One model at one micro-batch size on one device type.
+
+    >>> p = Profile.from_dict(example_profile_dict())
+    >>> p.num_layers, p.layer(1).name
+    (4, 'mamba2')
+    """
+
+    name: str
+    tokens_per_microbatch: int
+    device: DeviceSpec
+    layer_types: tuple[LayerType, ...]
+    layers: tuple[str, ...]
+    source: str = ""
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def type_map(self) -> dict[str, LayerType]:
+        return {t.name: t for t in self.layer_types}
+
+    def layer(self, i: int) -> LayerType:
+        return self.type_map()[self.layers[i]]
+
+    def layer_costs(self) -> list[LayerType]:
+        """The LayerType of each layer, in model order."""
+        tm = self.type_map()
+        return [tm[n] for n in self.layers]
+
+    def with_device(self, **changes: float | str) -> Profile:
+        """A copy with some device fields changed (e.g. ``memory_gib=40``)."""
+        d = self.device.__dict__ | changes
+        return Profile(
+            self.name, self.tokens_per_microbatch, DeviceSpec(**d), self.layer_types, self.layers,
+            self.source,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "tokens_per_microbatch": self.tokens_per_microbatch,
+            "device": dict(self.device.__dict__),
+            "layer_types": {t.name: t.to_dict() for t in self.layer_types},
+            "layers": list(self.layers),
+            **({"source": self.source} if self.source else {}),
+        }
+
+    @staticmethod
+    def from_dict(data: Any, source: str = "<profile>") -> Profile:
+        return _parse_profile(data, source)
+
+
+def example_profile_dict() -> dict[str, Any]:
+    """A tiny valid profile, handy for docs and tests."""
+    lt = {
+        "forward_ms": 1.0,
+        "backward_input_ms": 1.0,
+        "backward_weight_ms": 1.0,
+        "activation_mib": 100,
+        "weight_mib": 500,
+        "output_mib": 16,
+    }
+    return {
+        "format": FORMAT,
+        "name": "example",
+        "tokens_per_microbatch": 4096,
+        "device": {"name": "H800", "memory_gib": 80, "p2p_gbps": 50, "p2p_latency_us": 10},
+        "layer_types": {
+            "embedding": {**lt, "forward_ms": 0.1, "backward_input_ms": 0.0},
+            "mamba2": lt,
+            "lm_head": {**lt, "forward_ms": 2.0, "output_mib": 0},
+        },
+        "layers": ["embedding", "mamba2", "mamba2", "lm_head"],
+    }
+
+
+def infer_family(type_name: str) -> str | None:
+    """Guess a layer family from a type name, or None.
+
+    >>> infer_family("mamba2"), infer_family("attn_mlp"), infer_family("foo")
+    ('mamba', 'attention', None)
+    """
+    low = type_name.lower()
+    for frag, fam in _FAMILY_HINTS:
+        if frag in low:
+            return fam
+    return None
+
+
+def _number(value: Any, src: str, field: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise input_error(src, field, f"expected a number, got {value!r}", "write a plain number")
+    if value < 0 or (positive and value == 0):
+        need = "a positive number" if positive else "a number >= 0"
+        raise input_error(src, field, f"got {value}", f"use {need}")
+    return float(value)
+
+
+def _parse_layer_type(name: str, raw: Any, src: str) -> LayerType:
+    base = f"layer_types.{name}"
+    if not isinstance(raw, dict):
+        raise input_error(src, base, "expected an object of costs", 'write {"forward_ms": ...}')
+    known = {"family", *COST_FIELDS, "w_stash_mib"}
+    for key in raw:
+        if key not in known:
+            raise input_error(
+                src, f"{base}.{key}", "unknown key", f"use only {', '.join(sorted(known))}"
+            )
+    vals: dict[str, float] = {}
+    for key in COST_FIELDS:
+        if key not in raw:
+            raise input_error(src, f"{base}.{key}", "missing", f'add "{key}": <number>')
+        vals[key] = _number(raw[key], src, f"{base}.{key}")
+    if vals["forward_ms"] + vals["backward_input_ms"] + vals["backward_weight_ms"] <= 0:
+        raise input_error(src, f"{base}.forward_ms", "all times are 0", "give the layer a cost")
+    stash = raw.get("w_stash_mib")
+    if stash is None:
+        stash_v = vals["activation_mib"] * W_STASH_DEFAULT_RATIO
+    else:
+        stash_v = _number(stash, src, f"{base}.w_stash_mib")
+        if stash_v > vals["activation_mib"]:
+            raise input_error(
+                src, f"{base}.w_stash_mib", f"{stash_v} exceeds activation_mib "
+                f"{vals['activation_mib']}", "W can only keep part of what F allocated",
+            )  # fmt: skip
+    family = raw.get("family")
+    if family is None:
+        family = infer_family(name)
+        if family is None:
+            raise input_error(
+                src, f"{base}.family", f"cannot infer the family of type '{name}'",
+                f"add \"family\": one of {', '.join(FAMILIES)}",
+            )  # fmt: skip
+    elif family not in FAMILIES:
+        raise input_error(
+            src, f"{base}.family", f"unknown family {family!r}", f"use one of {', '.join(FAMILIES)}"
+        )
+    return LayerType(name=name, family=family, w_stash_mib=stash_v, **vals)
+
+
+def expand_pattern(pattern: str, symbols: dict[str, str], src: str = "<pattern>") -> list[str]:
+    """Expand a Nemotron-H style pattern string (one character per layer) into type names.
+
+    >>> expand_pattern("EM-*L", {"E": "embedding", "M": "mamba2", "-": "mlp", "*": "attention",
+    ...                          "L": "lm_head"})
+    ['embedding', 'mamba2', 'mlp', 'attention', 'lm_head']
+    """
+    out = []
+    for i, ch in enumerate(pattern):
+        if ch not in symbols:
+            raise input_error(
+                src, f"layers[{i}]", f"pattern symbol {ch!r} has no layer type",
+                f"add {ch!r} to \"pattern_symbols\" (known: {''.join(sorted(symbols))})",
+            )  # fmt: skip
+        out.append(symbols[ch])
+    return out
+
+
+def _parse_profile(data: Any, src: str) -> Profile:
+    if not isinstance(data, dict):
+        raise input_error(src, "<root>", "expected a JSON object", "see sample_profiles/*.json")
+    allowed = {
+        "format", "name", "tokens_per_microbatch", "device", "layer_types", "layers",
+        "pattern_symbols", "source",
+    }  # fmt: skip
+    for key in data:
+        if key not in allowed:
+            raise input_error(src, key, "unknown key", f"use only {', '.join(sorted(allowed))}")
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        raise input_error(src, "format", f"got {fmt!r}", f'set "format": "{FORMAT}"')
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise input_error(src, "name", f"got {name!r}", "give the model a non-empty name")
+    tokens = data.get("tokens_per_microbatch")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise input_error(src, "tokens_per_microbatch", f"got {tokens!r}", "use a positive integer")
+    dev_raw = data.get("device", {})
+    if not isinstance(dev_raw, dict):
+        raise input_error(src, "device", "expected an object", 'write {"name": "H800", ...}')
+    for key in dev_raw:
+        if key not in ("name", "memory_gib", "p2p_gbps", "p2p_latency_us"):
+            raise input_error(
+                src,
+                f"device.{key}",
+                "unknown key",
+                "use name, memory_gib, p2p_gbps, p2p_latency_us",
+            )
+    device = DeviceSpec(
+        name=str(dev_raw.get("name", "H800")),
+        memory_gib=_number(dev_raw.get("memory_gib", 80), src, "device.memory_gib", positive=True),
+        p2p_gbps=_number(dev_raw.get("p2p_gbps", 50), src, "device.p2p_gbps", positive=True),
+        p2p_latency_us=_number(dev_raw.get("p2p_latency_us", 10), src, "device.p2p_latency_us"),
+    )
+    lts = data.get("layer_types")
+    if not isinstance(lts, dict) or not lts:
+        raise input_error(src, "layer_types", "missing or empty", "map each type name to its costs")
+    types = tuple(_parse_layer_type(str(k), v, src) for k, v in lts.items())
+    layers_raw = data.get("layers")
+    if isinstance(layers_raw, str):
+        symbols = data.get("pattern_symbols")
+        if not isinstance(symbols, dict) or not all(
+            isinstance(k, str) and len(k) == 1 and isinstance(v, str) for k, v in symbols.items()
+        ):
+            raise input_error(
+                src, "pattern_symbols", "a pattern string needs a symbol map",
+                "add \"pattern_symbols\": {\"M\": \"mamba2\", \"*\": \"attention\", ...}",
+            )  # fmt: skip
+        layers = expand_pattern(layers_raw, symbols, src)
+    elif isinstance(layers_raw, list):
+        layers = layers_raw
+    else:
+        raise input_error(
+            src, "layers", "missing", "list the layer type of each layer, or give a pattern string"
+        )
+    if not layers:
+        raise input_error(src, "layers", "empty", "a model needs at least one layer")
+    names = {t.name for t in types}
+    for i, n in enumerate(layers):
+        if not isinstance(n, str) or n not in names:
+            raise input_error(
+                src, f"layers[{i}]", f"unknown layer type {n!r}",
+                f"use one of {', '.join(sorted(names))} or define it in \"layer_types\"",
+            )  # fmt: skip
+    source = data.get("source", "")
+    return Profile(name.strip(), tokens, device, types, tuple(layers), str(source))
+
+
+# --------------------------------------------------------------------------------------------
+# CSV form: optional "# key: value" header lines, then one row per layer.
+_CSV_META = {
+    "format": str,
+    "name": str,
+    "tokens_per_microbatch": int,
+    "device": str,
+    "memory_gib": float,
+    "p2p_gbps": float,
+    "p2p_latency_us": float,
+}
+CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, "w_stash_mib")
+
+
+def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
+    """Read the CSV form of a profile.
+
+    >>> text = "# name: t\\n# tokens_per_microbatch: 8\\nlayer,type,forward_ms,backward_input_ms,"\\
+    ...   "backward_weight_ms,activation_mib,weight_mib,output_mib\\n0,mlp,1,1,1,10,10,1\\n"
+    >>> parse_profile_csv(text).layers
+    ('mlp',)
+    """
+    meta: dict[str, Any] = {}
+    body: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if s.startswith("#"):
+            key, sep, value = s[1:].partition(":")
+            key = key.strip()
+            if not sep or key not in _CSV_META:
+                raise input_error(
+                    src, f"line {lineno}", f"bad header line {s!r}",
+                    f"write '# key: value' with key in {', '.join(_CSV_META)}",
+                )  # fmt: skip
+            try:
+                meta[key] = _CSV_META[key](value.strip())
+            except ValueError:
+                raise input_error(
+                    src, key, f"bad value {value.strip()!r}", "write a number"
+                ) from None
+        elif s:
+            body.append(line)
+    reader = csv.DictReader(io.StringIO("\n".join(body)))
+    cols = reader.fieldnames or []
+    for c in cols:
+        if c not in CSV_COLUMNS:
+            raise input_error(src, c, "unknown column", f"use columns {', '.join(CSV_COLUMNS)}")
+    for c in ("type", *COST_FIELDS):
+        if c not in cols:
+            raise input_error(src, c, "missing column", f"add a '{c}' column")
+    layer_types: dict[str, dict[str, Any]] = {}
+    layers: list[str] = []
+    for rowno, row in enumerate(reader, start=2):
+        tname = (row.get("type") or "").strip()
+        if not tname:
+            raise input_error(src, f"row {rowno}.type", "empty", "name the layer type")
+        costs: dict[str, Any] = {}
+        for c in (*COST_FIELDS, "w_stash_mib"):
+            cell = (row.get(c) or "").strip()
+            if not cell:
+                if c == "w_stash_mib":
+                    continue
+                raise input_error(src, f"row {rowno}.{c}", "empty", "write a number")
+            try:
+                costs[c] = float(cell)
+            except ValueError:
+                raise input_error(
+                    src, f"row {rowno}.{c}", f"not a number: {cell!r}", "write a number"
+                ) from None
+        fam = (row.get("family") or "").strip()
+        if fam:
+            costs["family"] = fam
+        if tname in layer_types and layer_types[tname] != costs:
+            raise input_error(
+                src, f"row {rowno}", f"type '{tname}' has other costs than in an earlier row",
+                "give every row of one type the same costs, or rename the type",
+            )  # fmt: skip
+        layer_types[tname] = costs
+        layers.append(tname)
+    device = {
+        k2: meta[k1]
+        for k1, k2 in (
+            ("device", "name"),
+            ("memory_gib", "memory_gib"),
+            ("p2p_gbps", "p2p_gbps"),
+            ("p2p_latency_us", "p2p_latency_us"),
+        )
+        if k1 in meta
+    }
+    data = {
+        "format": meta.get("format", FORMAT),
+        "name": meta.get("name", Path(src).stem),
+        "tokens_per_microbatch": meta.get("tokens_per_microbatch", 4096),
+        "device": device,
+        "layer_types": layer_types,
+        "layers": layers,
+    }
+    return _parse_profile(data, src)
+
+
+def profile_to_csv(profile: Profile) -> str:
+    """Write a profile in its CSV form (the inverse of ``parse_profile_csv``)."""
+    out = io.StringIO()
+    d = profile.device
+    out.write(f"# format: {FORMAT}\n# name: {profile.name}\n")
+    out.write(f"# tokens_per_microbatch: {profile.tokens_per_microbatch}\n# device: {d.name}\n")
+    out.write(f"# memory_gib: {d.memory_gib}\n# p2p_gbps: {d.p2p_gbps}\n")
+    out.write(f"# p2p_latency_us: {d.p2p_latency_us}\n")
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for i, lt in enumerate(profile.layer_costs()):
+        w.writerow([i, lt.name, lt.family, *(getattr(lt, c) for c in CSV_COLUMNS[3:])])
+    return out.getvalue()
+
+
+def parse_profile_bytes(raw: bytes, filename: str) -> Profile:
+    """Parse an uploaded or read file; JSON or CSV chosen by extension (then by content)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise input_error(
+            filename, "<file>", "not UTF-8 text", "upload a JSON or CSV profile"
+        ) from None
+    if filename.lower().endswith(".csv") or (
+        not filename.lower().endswith(".json") and not text.lstrip().startswith("{")
+    ):
+        return parse_profile_csv(text, filename)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise input_error(
+            filename, f"line {e.lineno}", f"invalid JSON ({e.msg})", "fix the JSON syntax"
+        ) from None
+    return _parse_profile(data, filename)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Load and validate a profile from a ``.json`` or ``.csv`` file.
+
+    Raises ``OctoPipeError`` with a one-line message naming the file, the field and the fix.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise OctoPipeError(f"{p}: file not found; fix: pass a path to a profile .json or .csv")
+    return parse_profile_bytes(p.read_bytes(), str(p))
+
+
+def sample_profiles_dir() -> Path:
+    """The repository's ``sample_profiles/`` folder."""
+    return Path(__file__).resolve().parent.parent / "sample_profiles"
+
+
+def list_samples() -> list[str]:
+    """Names of the bundled sample profiles (file stems)."""
+    d = sample_profiles_dir()
+    return sorted(p.stem for p in d.glob("*.json")) + sorted(p.stem for p in d.glob("*.csv"))
+
+
+def load_sample(name: str) -> Profile:
+    """Load a bundled sample by name (e.g. ``"nemotron-h-8b"``)."""
+    d = sample_profiles_dir()
+    for ext in (".json", ".csv"):
+        if (d / f"{name}{ext}").is_file():
+            return load_profile(d / f"{name}{ext}")
+    raise OctoPipeError(
+        f"sample '{name}': not found; fix: use one of {', '.join(list_samples()) or '(none)'}"
+    )

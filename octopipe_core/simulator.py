@@ -1,0 +1,378 @@
+"""Simulate a plan: per-device timelines, memory curves and metrics.
+
+The plan's DAG (see ``octopipe_core.graph`` for its networkx form) has compute nodes (F, B, W,
+BW) on each device's compute stream, a send node on the producing device's communication stream
+for every activation or gradient that crosses devices (it overlaps compute, runs in the order
+its producers finish, and lasts ``p2p_latency + size / bandwidth``), a zero-length receive node
+on the consumer, and memory events on the compute nodes (F allocates at its start, B/W/BW free
+at their end). This module traverses that same DAG from flat arrays, which is what the tuner
+calls thousands of times; ``graph.simulate_graph`` traverses the networkx form and tests check
+that the two agree op for op.
+
+Metric definitions (units in the names):
+
+* ``step_time_ms``: makespan of one iteration, first operation to last on any device;
+* ``bubble_ratio``: idle device time / (devices x step time) (the ZB "(p-1)/(m+p-1)" convention);
+  ``bubble_ratio_vs_ideal`` is idle / busy (Megatron's "(p-1)/m" convention);
+* ``comm_overlap_ratio``: share of transfer time during which the receiving device computes;
+* ``lower_bound_ms``: total compute time over devices (no plan can be faster).
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> from octopipe_core.schedules import build_plan
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> r = simulate(prof, build_plan(prof, "1f1b", devices=2, microbatches=4))
+>>> round(r.step_time_ms, 3) > r.lower_bound_ms
+True
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from octopipe_core.costs import StageCosts, stage_costs
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
+from octopipe_core.profile import Profile
+
+KIND_CODES = {"F": 0, "B": 1, "W": 2, "BW": 3}
+
+
+@dataclass
+class SimResult:
+    """Everything a simulation produces; ``timeline()`` and ``memory_curves()`` build tables."""
+
+    plan: Plan
+    profile: Profile
+    costs: StageCosts
+    # per compute op, in the order of ``ops``
+    ops: list[tuple[int, Action]]  # (device, action)
+    start_ms: list[float]
+    end_ms: list[float]
+    # per transfer: (src device, dst device, producer action, consumer action, start, end)
+    transfers: list[tuple[int, int, Action, Action, float, float]]
+    memory_cap_gib: float
+    static_mib: list[float]
+    peak_memory_gib: list[float]
+    _events: list[list[tuple[float, float]]] = field(default_factory=list, repr=False)
+
+    # ---- metrics --------------------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return self.plan.num_devices
+
+    @property
+    def step_time_ms(self) -> float:
+        if not self.end_ms:
+            return 0.0
+        return max(self.end_ms) - min(self.start_ms)
+
+    def busy_ms(self) -> list[float]:
+        busy = [0.0] * self.num_devices
+        for (d, _), s, e in zip(self.ops, self.start_ms, self.end_ms, strict=True):
+            busy[d] += e - s
+        return busy
+
+    @property
+    def lower_bound_ms(self) -> float:
+        return sum(self.busy_ms()) / max(1, self.num_devices)
+
+    @property
+    def bubble_ratio(self) -> float:
+        total = self.step_time_ms * self.num_devices
+        return 0.0 if total <= 0 else 1.0 - sum(self.busy_ms()) / total
+
+    @property
+    def bubble_ratio_vs_ideal(self) -> float:
+        busy = sum(self.busy_ms())
+        return 0.0 if busy <= 0 else (self.step_time_ms * self.num_devices - busy) / busy
+
+    def device_spans_ms(self) -> list[float]:
+        """Per device, time from its first operation's start to its last operation's end."""
+        first = [float("inf")] * self.num_devices
+        last = [0.0] * self.num_devices
+        for (d, _), s, e in zip(self.ops, self.start_ms, self.end_ms, strict=True):
+            first[d] = min(first[d], s)
+            last[d] = max(last[d], e)
+        return [
+            max(0.0, b - a) if a != float("inf") else 0.0 for a, b in zip(first, last, strict=True)
+        ]
+
+    def device_idle_in_span_ms(self) -> list[float]:
+        """Per device, idle time between its first and last operation."""
+        busy = self.busy_ms()
+        return [span - b for span, b in zip(self.device_spans_ms(), busy, strict=True)]
+
+    @property
+    def comm_time_ms(self) -> float:
+        return sum(e - s for *_, s, e in self.transfers)
+
+    @property
+    def comm_overlap_ratio(self) -> float:
+        """Share of transfer time hidden under compute on the receiving device (1.0 if none)."""
+        total = self.comm_time_ms
+        if total <= 0:
+            return 1.0
+        starts: list[list[float]] = [[] for _ in range(self.num_devices)]
+        ends: list[list[float]] = [[] for _ in range(self.num_devices)]
+        for (d, _), s, e in zip(self.ops, self.start_ms, self.end_ms, strict=True):
+            starts[d].append(s)
+            ends[d].append(e)
+        hidden = 0.0
+        for _, dst, _, _, a, b in self.transfers:
+            st, en = starts[dst], ends[dst]  # sorted: a device runs its ops in order
+            i = max(0, bisect.bisect_right(en, a))
+            while i < len(st) and st[i] < b:
+                hidden += max(0.0, min(b, en[i]) - max(a, st[i]))
+                i += 1
+        return hidden / total
+
+    @property
+    def fits_memory(self) -> bool:
+        return all(p <= self.memory_cap_gib + 1e-9 for p in self.peak_memory_gib)
+
+    @property
+    def tokens_per_gpu_per_s(self) -> float:
+        t = self.step_time_ms / 1000.0
+        tokens = self.plan.num_microbatches * self.profile.tokens_per_microbatch
+        return 0.0 if t <= 0 else tokens / t / self.num_devices
+
+    def metrics(self) -> dict[str, Any]:
+        """The JSON summary printed by ``octopipe simulate --json``."""
+        return {
+            "schedule": self.plan.name,
+            "devices": self.num_devices,
+            "stages": self.plan.num_stages,
+            "microbatches": self.plan.num_microbatches,
+            "step_time_ms": round(self.step_time_ms, 6),
+            "lower_bound_ms": round(self.lower_bound_ms, 6),
+            "bubble_ratio": round(self.bubble_ratio, 6),
+            "bubble_ratio_definition": "idle device time / (devices x step time)",
+            "bubble_ratio_vs_ideal": round(self.bubble_ratio_vs_ideal, 6),
+            "comm_overlap_ratio": round(self.comm_overlap_ratio, 6),
+            "comm_time_ms": round(self.comm_time_ms, 6),
+            "peak_memory_gib": [round(x, 4) for x in self.peak_memory_gib],
+            "memory_cap_gib": self.memory_cap_gib,
+            "fits_memory": self.fits_memory,
+            "tokens_per_gpu_per_s": round(self.tokens_per_gpu_per_s, 3),
+            "max_device_span_ms": round(max(self.device_spans_ms(), default=0.0), 6),
+            "partition": [list(r) for r in self.plan.partition],
+            "placement": list(self.plan.placement),
+        }
+
+    # ---- tables ---------------------------------------------------------------------------
+    def timeline(self, include_comm: bool = True) -> Any:
+        """A pandas DataFrame, one row per op: device, stream, kind, stage, mb, times, layers."""
+        import pandas as pd
+
+        part = self.plan.partition
+        rows = [
+            (
+                d,
+                "compute",
+                a.kind,
+                a.stage,
+                a.mb,
+                s,
+                e,
+                f"{part[a.stage][0]}-{part[a.stage][1] - 1}",
+            )
+            for (d, a), s, e in zip(self.ops, self.start_ms, self.end_ms, strict=True)
+        ]
+        if include_comm:
+            for src, dst, prod, _cons, s, e in self.transfers:
+                kind = "send_F" if prod.kind == "F" else "send_B"
+                rows.append((src, "comm", kind, prod.stage, prod.mb, s, e, f"to d{dst}"))
+        cols = ["device", "stream", "kind", "stage", "mb", "start_ms", "end_ms", "layers"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def memory_curves(self) -> Any:
+        """A pandas DataFrame of step curves: device, time_ms, memory_gib (static included)."""
+        import pandas as pd
+
+        rows = []
+        for d, events in enumerate(self._events):
+            level = self.static_mib[d]
+            rows.append((d, 0.0, level / 1024))
+            for t, delta in events:
+                level += delta
+                rows.append((d, t, level / 1024))
+            rows.append((d, self.step_time_ms, level / 1024))
+        return pd.DataFrame(rows, columns=["device", "time_ms", "memory_gib"])
+
+
+def simulate(
+    profile: Profile,
+    plan: Plan,
+    memory_cap_gib: float | None = None,
+    *,
+    check: bool = True,
+) -> SimResult:
+    """Simulate ``plan`` on ``profile``; ``memory_cap_gib`` defaults to the device's memory.
+
+    Raises ``OctoPipeError`` if the device orders contradict the data dependencies.
+    """
+    costs = stage_costs(profile, plan.partition)
+    cap = profile.device.memory_gib if memory_cap_gib is None else memory_cap_gib
+    return _simulate(profile, plan, costs, cap, check)
+
+
+def _simulate(
+    profile: Profile, plan: Plan, costs: StageCosts, cap: float, check: bool
+) -> SimResult:
+    S = plan.num_stages
+    D = plan.num_devices
+    placement = plan.placement
+    bkind = backward_kinds(plan)
+    fms, bms, wms = costs.f_ms, costs.b_ms, costs.w_ms
+    act, stash = costs.activation_mib, costs.stash_mib
+    send = costs.send_ms
+
+    # Flatten: op id per action.
+    ids: dict[Action, int] = {}
+    ops: list[tuple[int, Action]] = []
+    for d, acts in enumerate(plan.schedule):
+        for a in acts:
+            ids[a] = len(ops)
+            ops.append((d, a))
+    n = len(ops)
+    dur = [0.0] * n
+    # prods[i]: list of (producer id, transfer ms or -1 for same device)
+    prods: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for i, (d, a) in enumerate(ops):
+        s, k = a.stage, a.kind
+        dur[i] = (
+            fms[s] if k == "F" else bms[s] if k == "B" else wms[s] if k == "W" else bms[s] + wms[s]
+        )
+        for p in producers(a, S, bkind):
+            j = ids.get(p)
+            if j is None:
+                raise OctoPipeError(
+                    f"plan: action {p} (needed by {a}) is missing from the schedule"
+                )
+            pd_ = placement[p.stage]
+            if pd_ == d:
+                prods[i].append((j, -1.0))
+            else:
+                # the boundary between stage p.stage and a.stage: activation of min stage
+                prods[i].append((j, send[min(p.stage, a.stage)]))
+
+    start = [0.0] * n
+    end = [0.0] * n
+    done = [False] * n
+    arrival: dict[tuple[int, int], float] = {}  # (producer, consumer) -> arrival time
+    transfers: list[tuple[int, int, Action, Action, float, float]] = []
+    send_free = [0.0] * D
+    dev_free = [0.0] * D
+    pos = [0] * D
+    base = [0] * D
+    acc = 0
+    for d in range(D):
+        base[d] = acc
+        acc += len(plan.schedule[d])
+    lens = [len(x) for x in plan.schedule]
+    # consumers of each producer that live on another device, in consumer order
+    remote: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for i in range(n):
+        for j, c in prods[i]:
+            if c >= 0:
+                remote[j].append((i, c))
+
+    remaining = n
+    while remaining:
+        progressed = False
+        for d in range(D):
+            p = pos[d]
+            while p < lens[d]:
+                i = base[d] + p
+                t = dev_free[d]
+                ready = True
+                for j, c in prods[i]:
+                    if not done[j]:
+                        ready = False
+                        break
+                    at = end[j] if c < 0 else arrival[(j, i)]
+                    if at > t:
+                        t = at
+                if not ready:
+                    break
+                start[i] = t
+                e = t + dur[i]
+                end[i] = e
+                done[i] = True
+                dev_free[d] = e
+                for ci, c in remote[i]:
+                    ts = e if e > send_free[d] else send_free[d]
+                    te = ts + c
+                    send_free[d] = te
+                    arrival[(i, ci)] = te
+                    transfers.append((d, ops[ci][0], ops[i][1], ops[ci][1], ts, te))
+                p += 1
+                remaining -= 1
+                progressed = True
+            pos[d] = p
+        if not progressed:
+            cyc = find_order_cycle(plan, bkind) if check else None
+            path = " -> ".join(map(str, cyc)) if cyc else "unknown"
+            raise OctoPipeError(
+                f"plan: field 'schedule': the device orders contradict the data dependencies "
+                f"(cycle {path}); fix: move one of these actions later on its device"
+            )
+
+    # Memory events per device: F allocates at start; B/W/BW free at end.
+    events: list[list[tuple[float, float]]] = [[] for _ in range(D)]
+    for i, (d, a) in enumerate(ops):
+        s, k = a.stage, a.kind
+        if k == "F":
+            events[d].append((start[i], act[s]))
+        elif k == "B":
+            events[d].append((end[i], -(act[s] - stash[s])))
+        elif k == "W":
+            events[d].append((end[i], -stash[s]))
+        else:
+            events[d].append((end[i], -act[s]))
+    static = [0.0] * D
+    for s in range(S):
+        static[placement[s]] += costs.weight_mib[s]
+    peaks = []
+    for d in range(D):
+        ev = events[d]
+        ev.sort(key=lambda x: (x[0], x[1]))  # frees before allocations at the same instant
+        level = peak = 0.0
+        for _, delta in ev:
+            level += delta
+            if level > peak:
+                peak = level
+        peaks.append((static[d] + peak) / 1024.0)
+    return SimResult(
+        plan=plan,
+        profile=profile,
+        costs=costs,
+        ops=ops,
+        start_ms=start,
+        end_ms=end,
+        transfers=transfers,
+        memory_cap_gib=cap,
+        static_mib=static,
+        peak_memory_gib=peaks,
+        _events=events,
+    )
+
+
+def peak_inflight(result: SimResult, stage: int) -> int:
+    """Peak number of micro-batches whose F of ``stage`` ran but whose memory is not yet freed."""
+    ev = []
+    for (_, a), s, e in zip(result.ops, result.start_ms, result.end_ms, strict=True):
+        if a.stage != stage:
+            continue
+        if a.kind == "F":
+            ev.append((s, 1))
+        elif a.kind in ("W", "BW"):
+            ev.append((e, -1))
+    ev.sort()
+    level = peak = 0
+    for _, dlt in ev:
+        level += dlt
+        peak = max(peak, level)
+    return peak
