@@ -8,7 +8,8 @@ Nothing here is measured. Every layer type is a sum of parts, and each part has:
   once; B does ``core_bwd`` times as much (2x, or 2.5x for flash attention, which recomputes
   ``QK^T``); W does none of it. The small conv/``A``/``D`` weights of a Mamba mixer get their
   gradients from the scan backward kernel itself, so they count in B.
-* memory-bound bytes per F/B/W pass (embedding gather and scatter-add, the fp32 softmax/loss).
+* memory-bound bytes per F/B/W pass: the embedding gathers rows in F, has no B (token ids need
+  no gradient) and scatter-adds in W; the LM head's fp32 softmax/loss runs in F and in B.
 
 Time = linear / (peak x efficiency) + core / (peak x core efficiency) + bytes / (HBM x eff).
 Static memory is ``params x bytes_per_param_static``; activations are bf16 tensors that F keeps
@@ -320,15 +321,12 @@ def _summary(c: ModelConfig, gpu: GPUSpec) -> str:
     parts = [f"h={c.hidden}, ffn={c.ffn_hidden} ({'SwiGLU' if c.swiglu else 'non-gated'}), "
              f"{c.num_heads} heads/{c.num_kv_heads} kv"]  # fmt: skip
     nh = c.mamba_heads or c.mamba_expand * c.hidden // c.mamba_head_dim
-    if "mamba2" in c.layers or (
-        c.mamba_version == 2 and {"mamba_mlp", "mamba_moe"} & set(c.layers)
-    ):
+    versions = {int(t[-1]) if t[-1] in "12" else c.mamba_version for t in c.layers if "mamba" in t}
+    if 2 in versions:
         parts.append(
             f"Mamba-2 {nh}x{c.mamba_head_dim} state {c.mamba_state} groups {c.mamba_groups}"
         )
-    if "mamba1" in c.layers or (
-        c.mamba_version == 1 and {"mamba_mlp", "mamba_moe"} & set(c.layers)
-    ):
+    if 1 in versions:
         parts.append(f"Mamba-1 expand {c.mamba_expand} state {c.mamba_state}")
     if c.num_experts:
         parts.append(f"MoE {c.num_experts} experts top-{c.moe_top_k}, EP={c.expert_parallel} "

@@ -22,7 +22,12 @@ def add_profile_arg(p: argparse.ArgumentParser) -> None:
 
 def resolve_profile(arg: str, memory_gib: float | None = None) -> Profile:
     """A path, or a bundled sample's name; ``memory_gib`` overrides the device memory."""
-    prof = load_profile(arg) if Path(arg).exists() or "/" in arg or "." in arg else load_sample(arg)
+    if Path(arg).is_file() or arg not in list_samples() and (
+        "/" in arg or arg.endswith((".json", ".csv"))
+    ):
+        prof = load_profile(arg)
+    else:
+        prof = load_sample(arg)
     if memory_gib is not None:
         prof = prof.with_device(memory_gib=memory_gib)
     return prof

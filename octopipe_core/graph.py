@@ -1,0 +1,141 @@
+"""The plan's DAG as a networkx graph: its public, inspectable form.
+
+Nodes (tuples, all with a ``kind`` attribute):
+
+* ``("compute", Action)``: F, B, W or BW on ``device``'s compute stream, with ``duration_ms``
+  and memory events ``mem_alloc_mib`` (at its start) and ``mem_free_mib`` (at its end);
+* ``("send", producer, consumer)``: the transfer on the producer device's comm stream, with
+  ``duration_ms = p2p_latency + size / bandwidth``;
+* ``("recv", producer, consumer)``: its arrival on the consumer device (zero duration).
+
+Edges carry ``dep``: ``"data"`` (same-device data dependency), ``"order"`` (per-device compute
+order), ``"comm"`` (producer -> send -> recv -> consumer) and ``"stream"`` (per-device send
+order: sends leave in the order their producers run).
+
+``simulate_graph`` traverses it in topological order (start = latest predecessor end); tests
+check that it agrees op for op with ``simulator.simulate``, the flat-array traversal.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> from octopipe_core.schedules import build_plan
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> g = build_graph(prof, build_plan(prof, "1f1b", devices=2, microbatches=2))
+>>> sorted({k for _, k in g.nodes(data="kind")})
+['compute', 'recv', 'send']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from octopipe_core.costs import stage_costs
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
+from octopipe_core.profile import Profile
+
+
+def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
+    """Build the DAG of compute, communication and memory events for ``plan``."""
+    c = stage_costs(profile, plan.partition)
+    S = plan.num_stages
+    bkind = backward_kinds(plan)
+    g = nx.DiGraph(profile=profile.name, plan=plan.name)
+    for d, acts in enumerate(plan.schedule):
+        prev = None
+        for a in acts:
+            s, k = a.stage, a.kind
+            dur = {"F": c.f_ms[s], "B": c.b_ms[s], "W": c.w_ms[s]}.get(k, c.b_ms[s] + c.w_ms[s])
+            alloc = c.activation_mib[s] if k == "F" else 0.0
+            free = {
+                "F": 0.0,
+                "B": c.activation_mib[s] - c.stash_mib[s],
+                "W": c.stash_mib[s],
+                "BW": c.activation_mib[s],
+            }[k]
+            node = ("compute", a)
+            g.add_node(
+                node, kind="compute", op=k, device=d, stage=s, mb=a.mb, duration_ms=dur,
+                mem_alloc_mib=alloc, mem_free_mib=free,
+            )  # fmt: skip
+            if prev is not None:
+                g.add_edge(prev, node, dep="order")
+            prev = node
+    last_send: dict[int, Any] = {}
+    for d, acts in enumerate(plan.schedule):  # sends leave in producer order on each device
+        for a in acts:
+            for cons in _remote_consumers(a, plan, S, bkind):
+                send = ("send", a, cons)
+                recv = ("recv", a, cons)
+                size_stage = min(a.stage, cons.stage)
+                g.add_node(
+                    send, kind="send", device=d, duration_ms=c.send_ms[size_stage],
+                    size_mib=c.output_mib[size_stage],
+                )  # fmt: skip
+                g.add_node(recv, kind="recv", device=plan.placement[cons.stage], duration_ms=0.0)
+                g.add_edge(("compute", a), send, dep="comm")
+                g.add_edge(send, recv, dep="comm")
+                g.add_edge(recv, ("compute", cons), dep="comm")
+                if d in last_send:
+                    g.add_edge(last_send[d], send, dep="stream")
+                last_send[d] = send
+    for d, acts in enumerate(plan.schedule):
+        for a in acts:
+            for p in producers(a, S, bkind):
+                if ("compute", p) not in g:
+                    raise OctoPipeError(f"plan: action {p} (needed by {a}) is missing")
+                if plan.placement[p.stage] == d:
+                    g.add_edge(("compute", p), ("compute", a), dep="data")
+    return g
+
+
+def _remote_consumers(a: Action, plan: Plan, S: int, bkind: dict[tuple[int, int], str]) -> list:
+    s, k, m = a
+    out = []
+    if k == "F" and s + 1 < S:
+        out.append(Action(s + 1, "F", m))
+    elif k in ("B", "BW") and s > 0:
+        out.append(Action(s - 1, bkind.get((s - 1, m), "B"), m))
+    return [x for x in out if plan.placement[x.stage] != plan.placement[s]]
+
+
+def simulate_graph(g: nx.DiGraph) -> dict[Any, tuple[float, float]]:
+    """Start and end time (ms) of every node, by a longest-path pass in topological order.
+
+    Raises ``OctoPipeError`` if the graph has a cycle (orders contradict dependencies).
+    """
+    times: dict[Any, tuple[float, float]] = {}
+    try:
+        order = list(nx.topological_sort(g))
+    except nx.NetworkXUnfeasible:
+        cyc = nx.find_cycle(g)
+        path = " -> ".join(str(u[1]) if u[0] == "compute" else str(u) for u, _ in cyc)
+        raise OctoPipeError(
+            f"plan: field 'schedule': the device orders contradict the data dependencies "
+            f"(cycle {path}); fix: move one of these actions later on its device"
+        ) from None
+    for n in order:
+        start = max((times[p][1] for p in g.predecessors(n)), default=0.0)
+        times[n] = (start, start + g.nodes[n]["duration_ms"])
+    return times
+
+
+def critical_path(g: nx.DiGraph) -> list[Any]:
+    """The nodes of the longest (critical) path, weighted by duration."""
+    times = simulate_graph(g)
+    node = max(times, key=lambda n: times[n][1])
+    path = [node]
+    while True:
+        preds = list(g.predecessors(node))
+        if not preds:
+            break
+        node = max(preds, key=lambda p: times[p][1])
+        path.append(node)
+    return path[::-1]
+
+
+def check_acyclic(plan: Plan) -> None:
+    """Raise ``OctoPipeError`` naming a dependency cycle, if the plan has one."""
+    cyc = find_order_cycle(plan)
+    if cyc:
+        raise OctoPipeError(f"plan: cycle {' -> '.join(map(str, cyc))}")
