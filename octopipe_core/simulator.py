@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 import bisect
+import gc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,12 +51,26 @@ class SimResult:
     ops: list[tuple[int, Action]]  # (device, action)
     start_ms: list[float]
     end_ms: list[float]
-    # per transfer: (src device, dst device, producer action, consumer action, start, end)
-    transfers: list[tuple[int, int, Action, Action, float, float]]
+    # raw transfers: (producer op id, consumer op id, start, end) lists; see ``transfers``
+    _xfers: tuple[list[int], list[int], list[float], list[float]]
     memory_cap_gib: float
     static_mib: list[float]
     peak_memory_gib: list[float]
     _events: list[list[tuple[float, float]]] = field(default_factory=list, repr=False)
+    _transfers: list[tuple[int, int, Action, Action, float, float]] | None = field(
+        default=None, repr=False
+    )
+
+    @property
+    def transfers(self) -> list[tuple[int, int, Action, Action, float, float]]:
+        """Per transfer: (src device, dst device, producer, consumer, start_ms, end_ms)."""
+        if self._transfers is None:
+            ops = self.ops
+            self._transfers = [
+                (ops[i][0], ops[c][0], ops[i][1], ops[c][1], a, b)
+                for i, c, a, b in zip(*self._xfers, strict=True)
+            ]
+        return self._transfers
 
     # ---- metrics --------------------------------------------------------------------------
     @property
@@ -106,7 +121,7 @@ class SimResult:
 
     @property
     def comm_time_ms(self) -> float:
-        return sum(e - s for *_, s, e in self.transfers)
+        return sum(self._xfers[3]) - sum(self._xfers[2])
 
     @property
     def comm_overlap_ratio(self) -> float:
@@ -215,7 +230,13 @@ def simulate(
     """
     costs = stage_costs(profile, plan.partition)
     cap = profile.device.memory_gib if memory_cap_gib is None else memory_cap_gib
-    return _simulate(profile, plan, costs, cap, check)
+    enabled = gc.isenabled()
+    gc.disable()  # the traversal allocates many small objects and frees none of them
+    try:
+        return _simulate(profile, plan, costs, cap, check)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _simulate(
@@ -229,7 +250,8 @@ def _simulate(
     act, stash = costs.activation_mib, costs.stash_mib
     send = costs.send_ms
 
-    # Flatten: op id per action.
+    # Flatten: one id per action. Every action has at most one data producer (F(s) <- F(s-1),
+    # B(s) <- B(s+1) or F on the last stage, W(s) <- B(s)), so the DAG is stored as arrays.
     ids: dict[Action, int] = {}
     ops: list[tuple[int, Action]] = []
     for d, acts in enumerate(plan.schedule):
@@ -238,112 +260,112 @@ def _simulate(
             ops.append((d, a))
     n = len(ops)
     dur = [0.0] * n
-    # prods[i]: list of (producer id, transfer ms or -1 for same device)
-    prods: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    prod = [-1] * n  # producer id
+    xfer = [-1.0] * n  # transfer time from the producer if it is on another device, else -1
+    rcons = [-1] * n  # the consumer on another device, if any
     for i, (d, a) in enumerate(ops):
         s, k = a.stage, a.kind
-        dur[i] = (
-            fms[s] if k == "F" else bms[s] if k == "B" else wms[s] if k == "W" else bms[s] + wms[s]
-        )
+        if k == "F":
+            dur[i] = fms[s]
+        elif k == "B":
+            dur[i] = bms[s]
+        elif k == "W":
+            dur[i] = wms[s]
+        else:
+            dur[i] = bms[s] + wms[s]
         for p in producers(a, S, bkind):
             j = ids.get(p)
             if j is None:
-                raise OctoPipeError(
-                    f"plan: action {p} (needed by {a}) is missing from the schedule"
-                )
-            pd_ = placement[p.stage]
-            if pd_ == d:
-                prods[i].append((j, -1.0))
-            else:
-                # the boundary between stage p.stage and a.stage: activation of min stage
-                prods[i].append((j, send[min(p.stage, a.stage)]))
+                raise OctoPipeError(f"plan: action {p} (needed by {a}) is missing")
+            prod[i] = j
+            if placement[p.stage] != d:
+                xfer[i] = send[p.stage if p.stage < s else s]
+                rcons[j] = i
 
     start = [0.0] * n
     end = [0.0] * n
     done = [False] * n
-    arrival: dict[tuple[int, int], float] = {}  # (producer, consumer) -> arrival time
-    transfers: list[tuple[int, int, Action, Action, float, float]] = []
+    arrival = [0.0] * n
+    x_src: list[int] = []
+    x_dst: list[int] = []
+    x_start: list[float] = []
+    x_end: list[float] = []
     send_free = [0.0] * D
     dev_free = [0.0] * D
     pos = [0] * D
-    base = [0] * D
-    acc = 0
-    for d in range(D):
-        base[d] = acc
-        acc += len(plan.schedule[d])
     lens = [len(x) for x in plan.schedule]
-    # consumers of each producer that live on another device, in consumer order
-    remote: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for i in range(n):
-        for j, c in prods[i]:
-            if c >= 0:
-                remote[j].append((i, c))
-
+    base = [sum(lens[:d]) for d in range(D)]
+    # Event-driven traversal: a device runs its list until the next op's producer is not done;
+    # it then waits on that producer, and is woken when the producer completes. O(ops).
+    waiter = [-1] * n
+    ready = list(range(D - 1, -1, -1))
     remaining = n
-    while remaining:
-        progressed = False
-        for d in range(D):
-            p = pos[d]
-            while p < lens[d]:
-                i = base[d] + p
-                t = dev_free[d]
-                ready = True
-                for j, c in prods[i]:
-                    if not done[j]:
-                        ready = False
-                        break
-                    at = end[j] if c < 0 else arrival[(j, i)]
-                    if at > t:
-                        t = at
-                if not ready:
+    while ready:
+        d = ready.pop()
+        i = base[d] + pos[d]
+        last = base[d] + lens[d]
+        free = dev_free[d]
+        sfree = send_free[d]
+        while i < last:
+            j = prod[i]
+            t = free
+            if j >= 0:
+                if not done[j]:
+                    waiter[j] = d
                     break
-                start[i] = t
-                e = t + dur[i]
-                end[i] = e
-                done[i] = True
-                dev_free[d] = e
-                for ci, c in remote[i]:
-                    ts = e if e > send_free[d] else send_free[d]
-                    te = ts + c
-                    send_free[d] = te
-                    arrival[(i, ci)] = te
-                    transfers.append((d, ops[ci][0], ops[i][1], ops[ci][1], ts, te))
-                p += 1
-                remaining -= 1
-                progressed = True
-            pos[d] = p
-        if not progressed:
-            cyc = find_order_cycle(plan, bkind) if check else None
-            path = " -> ".join(map(str, cyc)) if cyc else "unknown"
-            raise OctoPipeError(
-                f"plan: field 'schedule': the device orders contradict the data dependencies "
-                f"(cycle {path}); fix: move one of these actions later on its device"
-            )
+                at = end[j] if xfer[i] < 0 else arrival[i]
+                if at > t:
+                    t = at
+            start[i] = t
+            free = t + dur[i]
+            end[i] = free
+            done[i] = True
+            ci = rcons[i]
+            if ci >= 0:
+                ts = free if free > sfree else sfree
+                sfree = ts + xfer[ci]
+                arrival[ci] = sfree
+                x_src.append(i)
+                x_dst.append(ci)
+                x_start.append(ts)
+                x_end.append(sfree)
+            w = waiter[i]
+            if w >= 0:
+                ready.append(w)
+            i += 1
+        remaining -= i - base[d] - pos[d]
+        pos[d] = i - base[d]
+        dev_free[d] = free
+        send_free[d] = sfree
+    if remaining:
+        cyc = find_order_cycle(plan, bkind) if check else None
+        path = " -> ".join(map(str, cyc)) if cyc else "unknown"
+        raise OctoPipeError(
+            f"plan: field 'schedule': the device orders contradict the data dependencies "
+            f"(cycle {path}); fix: move one of these actions later on its device"
+        )
 
-    # Memory events per device: F allocates at start; B/W/BW free at end.
+    # Memory events per device: F allocates at its start; B/W/BW free at their end. A device
+    # runs its ops one after another, so walking its list visits the events in time order.
     events: list[list[tuple[float, float]]] = [[] for _ in range(D)]
-    for i, (d, a) in enumerate(ops):
-        s, k = a.stage, a.kind
-        if k == "F":
-            events[d].append((start[i], act[s]))
-        elif k == "B":
-            events[d].append((end[i], -(act[s] - stash[s])))
-        elif k == "W":
-            events[d].append((end[i], -stash[s]))
-        else:
-            events[d].append((end[i], -act[s]))
     static = [0.0] * D
     for s in range(S):
         static[placement[s]] += costs.weight_mib[s]
     peaks = []
     for d in range(D):
         ev = events[d]
-        ev.sort(key=lambda x: (x[0], x[1]))  # frees before allocations at the same instant
         level = peak = 0.0
-        for _, delta in ev:
-            level += delta
-            if level > peak:
-                peak = level
+        for i in range(base[d], base[d] + lens[d]):
+            s, k = ops[i][1].stage, ops[i][1].kind
+            if k == "F":
+                level += act[s]
+                ev.append((start[i], act[s]))
+                if level > peak:
+                    peak = level
+            else:
+                delta = act[s] - stash[s] if k == "B" else stash[s] if k == "W" else act[s]
+                level -= delta
+                ev.append((end[i], -delta))
         peaks.append((static[d] + peak) / 1024.0)
     return SimResult(
         plan=plan,
@@ -352,7 +374,7 @@ def _simulate(
         ops=ops,
         start_ms=start,
         end_ms=end,
-        transfers=transfers,
+        _xfers=(x_src, x_dst, x_start, x_end),
         memory_cap_gib=cap,
         static_mib=static,
         peak_memory_gib=peaks,

@@ -20,8 +20,23 @@ SAMPLES = [s for s in list_samples() if s != "tiny-hybrid"]
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_every_sample_under_every_peer(sample: str, capsys: pytest.CaptureFixture) -> None:
     for sched in SCHEDULES:
-        assert main(["simulate", "--profile", sample, "--schedule", sched, "--devices", "4",
-                     "--microbatches", "16", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "simulate",
+                    "--profile",
+                    sample,
+                    "--schedule",
+                    sched,
+                    "--devices",
+                    "4",
+                    "--microbatches",
+                    "16",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         out = json.loads(capsys.readouterr().out)
         assert out["schedule"] == f"{sched}/uniform"
         assert out["step_time_ms"] >= out["lower_bound_ms"] > 0
@@ -30,29 +45,64 @@ def test_every_sample_under_every_peer(sample: str, capsys: pytest.CaptureFixtur
 
 
 def test_baselines_side_by_side(capsys: pytest.CaptureFixture) -> None:
-    assert main(["baselines", "--profile", "nemotron-h-8b", "--devices", "8",
-                 "--microbatches", "32"]) == 0
+    assert (
+        main(["baselines", "--profile", "nemotron-h-8b", "--devices", "8", "--microbatches", "32"])
+        == 0
+    )
     text = capsys.readouterr().out
     for sched in SCHEDULES:
         assert f"{sched}/uniform" in text and f"{sched}/balanced" in text
-    assert main(["baselines", "--profile", "llama-3-8b", "--devices", "4", "--microbatches",
-                 "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "baselines",
+                "--profile",
+                "llama-3-8b",
+                "--devices",
+                "4",
+                "--microbatches",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
-    assert set(data["baselines"]) == {f"{s}/{p}" for s in SCHEDULES
-                                      for p in ("uniform", "balanced")}
+    assert set(data["baselines"]) == {
+        f"{s}/{p}" for s in SCHEDULES for p in ("uniform", "balanced")
+    }
 
 
-def test_simulate_plan_file_and_readable_table(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture) -> None:
+def test_simulate_plan_file_and_readable_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     prof = load_sample("jamba-v0.1")
     plan = build_plan(prof, "interleaved", 4, 8, chunks=2, partition="balanced")
     path = tmp_path / "p.json"
     save_plan(plan, path, prof)
     assert main(["simulate", "--plan", str(path), "--json"]) == 0
     a = json.loads(capsys.readouterr().out)
-    assert main(["simulate", "--profile", "jamba-v0.1", "--schedule", "interleaved",
-                 "--partition", "balanced", "--devices", "4", "--microbatches", "8",
-                 "--chunks", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--profile",
+                "jamba-v0.1",
+                "--schedule",
+                "interleaved",
+                "--partition",
+                "balanced",
+                "--devices",
+                "4",
+                "--microbatches",
+                "8",
+                "--chunks",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     b = json.loads(capsys.readouterr().out)
     assert a["step_time_ms"] == b["step_time_ms"]
     assert main(["simulate", "--plan", str(path), "--memory-gib", "1"]) == 0
@@ -68,14 +118,44 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
     assert err.count("\n") == 0 and "bad.json" in err and "tokens_per_microbatch" in err
     assert main(["simulate", "--profile", "llama-3-8b", "--devices", "64"]) == 2
     assert "fewer devices" in capsys.readouterr().err
-    assert main(["simulate", "--profile", "llama-3-8b", "--schedule", "dualpipev",
-                 "--devices", "4", "--microbatches", "4"]) == 2
+    assert (
+        main(
+            [
+                "simulate",
+                "--profile",
+                "llama-3-8b",
+                "--schedule",
+                "dualpipev",
+                "--devices",
+                "4",
+                "--microbatches",
+                "4",
+            ]
+        )
+        == 2
+    )
     assert "--microbatches 8" in capsys.readouterr().err
 
 
 def test_python_dash_m_entry_point() -> None:
-    r = subprocess.run([sys.executable, "-m", "octopipe_core", "simulate", "--profile",
-                        "tiny-hybrid", "--devices", "2", "--microbatches", "4", "--json"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "octopipe_core",
+            "simulate",
+            "--profile",
+            "tiny-hybrid",
+            "--devices",
+            "2",
+            "--microbatches",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["devices"] == 2

@@ -13,8 +13,14 @@ SIZES = [(2, 4), (3, 7), (4, 8), (4, 16), (8, 32)]
 COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 2.0, 1.0), (1.0, 1.0, 0.5)]
 
 
-def sim(p: int, m: int, sched: str, costs: tuple[float, float, float], layers_per_dev: int = 1,
-        chunks: int | None = None):
+def sim(
+    p: int,
+    m: int,
+    sched: str,
+    costs: tuple[float, float, float],
+    layers_per_dev: int = 1,
+    chunks: int | None = None,
+):
     prof = uniform_profile(p * layers_per_dev, *costs)
     plan = build_plan(prof, sched, p, m, chunks=chunks)
     validate_plan(plan, prof.num_layers)

@@ -105,8 +105,10 @@ def test_bad_files(tmp_path: Path) -> None:
         load_profile(tmp_path / "missing.json")
     with pytest.raises(OctoPipeError, match="UTF-8"):
         parse_profile_bytes(b"\xff\xfe\x00", "x.json")
-    csv_bad = "layer,type,forward_ms,backward_input_ms,backward_weight_ms,activation_mib," \
-              "weight_mib,output_mib\n0,mlp,1,1,abc,1,1,1\n"
+    csv_bad = (
+        "layer,type,forward_ms,backward_input_ms,backward_weight_ms,activation_mib,"
+        "weight_mib,output_mib\n0,mlp,1,1,abc,1,1,1\n"
+    )
     with pytest.raises(OctoPipeError, match=r"row 2\.backward_weight_ms"):
         parse_profile_csv(csv_bad, "x.csv")
     with pytest.raises(OctoPipeError, match="missing column"):
@@ -114,6 +116,8 @@ def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(OctoPipeError, match="other costs"):
         parse_profile_csv(
             "type,forward_ms,backward_input_ms,backward_weight_ms,activation_mib,weight_mib,"
-            "output_mib\nmlp,1,1,1,1,1,1\nmlp,2,1,1,1,1,1\n", "x.csv")
+            "output_mib\nmlp,1,1,1,1,1,1\nmlp,2,1,1,1,1,1\n",
+            "x.csv",
+        )
     with pytest.raises(OctoPipeError, match="sample 'nope'"):
         load_sample("nope")

@@ -92,9 +92,17 @@ def test_graph_has_memory_events_and_critical_path() -> None:
 def test_metrics_keys_and_units() -> None:
     prof = uniform_profile(4)
     m = simulate(prof, build_plan(prof, "1f1b", 4, 8)).metrics()
-    for key in ("step_time_ms", "bubble_ratio", "comm_overlap_ratio", "peak_memory_gib",
-                "memory_cap_gib", "fits_memory", "tokens_per_gpu_per_s", "lower_bound_ms",
-                "schedule"):
+    for key in (
+        "step_time_ms",
+        "bubble_ratio",
+        "comm_overlap_ratio",
+        "peak_memory_gib",
+        "memory_cap_gib",
+        "fits_memory",
+        "tokens_per_gpu_per_s",
+        "lower_bound_ms",
+        "schedule",
+    ):
         assert key in m
     assert m["lower_bound_ms"] == pytest.approx(8 * 3)
     assert m["tokens_per_gpu_per_s"] == pytest.approx(8 * 1000 / (m["step_time_ms"] / 1000) / 4)

@@ -1,0 +1,259 @@
+"""Cost-aware, event-driven greedy list scheduler (the zero-bubble idea with real costs).
+
+Unlike ``schedules.greedy_zb_order`` (unit costs, fixed ticks), this scheduler advances a real
+clock: every device, when it becomes free, picks among the actions whose inputs have arrived,
+using the per-stage F/B/W times of ``costs.stage_costs`` and the boundary transfer times (sends
+share one communication stream per device, as in the simulator). Rules, in priority order:
+
+1. the oldest ready **B** (it unblocks the upstream device and frees memory);
+2. the oldest ready **F**, if the device's activation memory after it (plus one micro-batch of
+   each later stage on the same device, so the pipeline can always drain) stays under the
+   device's budget in MiB, and the device holds fewer than its in-flight limit of forwards
+   awaiting their B;
+3. a pending **W** (fewest dependencies) to fill the gap, or to free memory when an F is
+   blocked by the budget;
+4. otherwise wait for the next arrival.
+
+The :class:`Policy` varies the in-flight limit, how eagerly W fills gaps and which stage's F
+goes first; ``POLICIES`` lists the variants the tuner tries. Timing and memory follow the
+simulator exactly, so the returned makespan equals ``simulate(...).step_time_ms``.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> from octopipe_core.costs import stage_costs
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> r = list_schedule(stage_costs(prof, [(0, 2), (2, 4)]), [0, 1], 2, 4, None, POLICIES[0])
+>>> " ".join(map(str, r.order[1][:4]))
+'1F0 1B0 1F1 1B1'
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+from octopipe_core.costs import StageCosts
+from octopipe_core.plan import Action
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One variant of the list scheduler.
+
+    * ``inflight``: in-flight limit factor (0 = memory budget only); the limit of device ``d``
+      is ``factor x`` the number of stages from its first stage to the end of the pipeline,
+      scaled by its share of stages;
+    * ``w_fill``: ``"greedy"`` runs a pending W whenever nothing else is ready, ``"lookahead"``
+      only when the next known F/B arrival is at least half a W away;
+    * ``f_first``: ``"oldest"`` runs the oldest micro-batch's F first, ``"deepest"`` the F of
+      the latest stage first (fewer activations held).
+    """
+
+    inflight: float = 0.0
+    w_fill: str = "greedy"
+    f_first: str = "oldest"
+
+    @property
+    def name(self) -> str:
+        lim = "mem" if self.inflight <= 0 else f"x{self.inflight:g}"
+        return f"ls[{lim},{self.w_fill},{self.f_first}]"
+
+
+POLICIES: tuple[Policy, ...] = (
+    Policy(0.0, "greedy", "oldest"),
+    Policy(1.0, "greedy", "oldest"),
+    Policy(2.0, "greedy", "oldest"),
+    Policy(0.0, "lookahead", "oldest"),
+    Policy(1.0, "lookahead", "oldest"),
+    Policy(0.0, "greedy", "deepest"),
+    Policy(1.5, "greedy", "oldest"),
+    Policy(2.0, "lookahead", "deepest"),
+    Policy(1.0, "greedy", "deepest"),
+    Policy(1.5, "lookahead", "oldest"),
+)
+
+
+@dataclass
+class ListResult:
+    """Per-device orders, the makespan (ms) and the per-device activation peak (MiB)."""
+
+    order: list[list[Action]]
+    makespan_ms: float
+    peak_act_mib: list[float]
+    policy: Policy
+
+
+def inflight_limits(placement: list[int], num_devices: int, factor: float) -> list[float]:
+    """Per-device limit on forwards awaiting their B (``inf`` when ``factor <= 0``).
+
+    >>> inflight_limits([0, 1, 2, 3], 4, 1.0)
+    [4, 3, 2, 1]
+    """
+    if factor <= 0:
+        return [float("inf")] * num_devices
+    S = len(placement)
+    per = S / num_devices
+    out: list[float] = []
+    for d in range(num_devices):
+        mine = [s for s in range(S) if placement[s] == d]
+        if not mine:
+            out.append(float("inf"))
+            continue
+        hops = S - min(mine)
+        out.append(max(1, round(factor * hops * len(mine) / per / max(1.0, per))))
+    return out
+
+
+def list_schedule(
+    costs: StageCosts,
+    placement: list[int],
+    num_devices: int,
+    microbatches: int,
+    budget_mib: list[float] | None,
+    policy: Policy,
+) -> ListResult | None:
+    """Schedule every F, B and W; ``None`` if the memory budgets make the pipeline stall.
+
+    ``budget_mib[d]`` is the activation memory device ``d`` may hold (its cap minus its
+    weights); ``None`` means unlimited.
+    """
+    S, D, M = len(placement), num_devices, microbatches
+    f, b, w = costs.f_ms, costs.b_ms, costs.w_ms
+    act, stash, send = costs.activation_mib, costs.stash_mib, costs.send_ms
+    stages_of: list[list[int]] = [[] for _ in range(D)]
+    for s, d in enumerate(placement):
+        stages_of[d].append(s)
+    reserve = [sum(act[t] for t in stages_of[placement[s]] if t > s) for s in range(S)]
+    budget = [float("inf")] * D if budget_mib is None else list(budget_mib)
+    limit = inflight_limits(placement, D, policy.inflight)
+    greedy_w = policy.w_fill == "greedy"
+    deepest = policy.f_first == "deepest"
+
+    f_arr: list[list[float | None]] = [[None] * M for _ in range(S)]
+    b_arr: list[list[float | None]] = [[None] * M for _ in range(S)]
+    f_arr[0] = [0.0] * M
+    f_next, b_next = [0] * S, [0] * S
+    wq: list[deque[int]] = [deque() for _ in range(D)]  # encoded s * M + i
+    mem, peak = [0.0] * D, [0.0] * D
+    fwd_only = [0] * D
+    free, send_free = [0.0] * D, [0.0] * D
+    nxt = [0.0] * D  # time of the device's live heap entry, or -1 when waiting
+    order: list[list[Action]] = [[] for _ in range(D)]
+    heap = [(0.0, d) for d in range(D)]
+    remaining = 3 * S * M
+
+    def wake(d: int, at: float) -> None:
+        t = at if at > free[d] else free[d]
+        if nxt[d] < 0 or t < nxt[d] - _EPS:
+            nxt[d] = t
+            heapq.heappush(heap, (t, d))
+
+    def deliver(src: int, end: float, dst_stage: int, boundary: int, fwd: bool, i: int) -> None:
+        dst = placement[dst_stage]
+        if dst == src:
+            at = end
+        else:
+            ts = end if end > send_free[src] else send_free[src]
+            at = ts + send[boundary]
+            send_free[src] = at
+        (f_arr if fwd else b_arr)[dst_stage][i] = at
+        if dst != src:
+            wake(dst, at)
+
+    while heap:
+        t, d = heapq.heappop(heap)
+        if abs(t - nxt[d]) > _EPS or t < free[d] - _EPS:
+            continue
+        best_b = None  # (arrival, i, -s)
+        next_arr = float("inf")
+        for s in stages_of[d]:
+            i = b_next[s]
+            if i < f_next[s]:
+                a = b_arr[s][i]
+                if a is not None:
+                    if a <= t + _EPS:
+                        key = (i, -s)
+                        if best_b is None or key < best_b:
+                            best_b = key
+                    elif a < next_arr:
+                        next_arr = a
+        kind, s_pick, i_pick = "", -1, -1
+        if best_b is not None:
+            kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
+        else:
+            best_f = None
+            mem_blocked = False
+            for s in stages_of[d]:
+                i = f_next[s]
+                if i >= M:
+                    continue
+                a = f_arr[s][i]
+                if a is None:
+                    continue
+                if fwd_only[d] >= limit[d]:
+                    continue
+                if mem[d] + act[s] + reserve[s] > budget[d] + _EPS:
+                    if a <= t + _EPS:
+                        mem_blocked = True
+                    continue
+                if a <= t + _EPS:
+                    key = (-s, i) if deepest else (i, -s)
+                    if best_f is None or key < best_f:
+                        best_f = key
+                elif a < next_arr:
+                    next_arr = a
+            if best_f is not None:
+                kind = "F"
+                s_pick, i_pick = (-best_f[0], best_f[1]) if deepest else (-best_f[1], best_f[0])
+            elif wq[d]:
+                code = wq[d][0]
+                ws = code // M
+                if (
+                    greedy_w
+                    or mem_blocked
+                    or next_arr == float("inf")
+                    or next_arr - t >= 0.5 * w[ws] - _EPS
+                ):
+                    wq[d].popleft()
+                    kind, s_pick, i_pick = "W", ws, code % M
+        if not kind:
+            if next_arr < float("inf"):
+                nxt[d] = next_arr
+                heapq.heappush(heap, (next_arr, d))
+            else:
+                nxt[d] = -1.0
+            continue
+        # run it
+        s, i = s_pick, i_pick
+        order[d].append(Action(s, kind, i))
+        remaining -= 1
+        if kind == "F":
+            end = t + f[s]
+            mem[d] += act[s]
+            if mem[d] > peak[d]:
+                peak[d] = mem[d]
+            f_next[s] = i + 1
+            fwd_only[d] += 1
+            if s < S - 1:
+                deliver(d, end, s + 1, s, True, i)
+            else:
+                b_arr[s][i] = end
+        elif kind == "B":
+            end = t + b[s]
+            mem[d] -= act[s] - stash[s]
+            b_next[s] = i + 1
+            fwd_only[d] -= 1
+            wq[d].append(s * M + i)
+            if s > 0:
+                deliver(d, end, s - 1, s - 1, False, i)
+        else:
+            end = t + w[s]
+            mem[d] -= stash[s]
+        free[d] = end
+        nxt[d] = end
+        heapq.heappush(heap, (end, d))
+    if remaining:
+        return None
+    return ListResult(order, max(free), peak, policy)
