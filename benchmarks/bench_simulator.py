@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from octopipe_core.graph import build_graph, simulate_graph  # noqa: E402
-from octopipe_core.profile import FORMAT, Profile  # noqa: E402
-from octopipe_core.schedules import build_plan  # noqa: E402
-from octopipe_core.simulator import simulate  # noqa: E402
+from octopipe_core.graph import build_graph, simulate_graph
+from octopipe_core.profile import FORMAT, Profile
+from octopipe_core.schedules import build_plan
+from octopipe_core.simulator import simulate
 
 
 def profile(n_layers: int) -> Profile:
@@ -78,7 +78,7 @@ def main() -> None:
             t = best_of(lambda prof=prof, plan=plan: simulate(prof, plan))
             nx_s = "-"
             if ops <= 30000:
-                nx_s = f"{best_of(lambda: simulate_graph(build_graph(prof, plan)), 1):.3f}"
+                nx_s = f"{best_of(lambda p=prof, q=plan: simulate_graph(build_graph(p, q)), 1):.3f}"
             points.setdefault(sched, []).append((ops, t))
             print(
                 f"| {sched} | {stages} x {m} | {ops:,} | {t:.3f} | {ops / t:,.0f} | {nx_s} |",

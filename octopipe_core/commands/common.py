@@ -22,10 +22,8 @@ def add_profile_arg(p: argparse.ArgumentParser) -> None:
 
 def resolve_profile(arg: str, memory_gib: float | None = None) -> Profile:
     """A path, or a bundled sample's name; ``memory_gib`` overrides the device memory."""
-    if (
-        Path(arg).is_file()
-        or arg not in list_samples()
-        and ("/" in arg or arg.endswith((".json", ".csv")))
+    if Path(arg).is_file() or (
+        arg not in list_samples() and ("/" in arg or arg.endswith((".json", ".csv")))
     ):
         prof = load_profile(arg)
     else:
