@@ -31,7 +31,7 @@ from collections.abc import Callable
 from octopipe_core.costs import layer_times_ms
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.partition import balanced_partition, uniform_partition
-from octopipe_core.plan import Action, Plan
+from octopipe_core.plan import Action, Plan, find_order_cycle
 from octopipe_core.profile import Profile
 
 Order = list[list[Action]]
@@ -84,7 +84,7 @@ def interleaved_order(p: int, m: int, v: int) -> Order:
 
     Virtual micro-batches are taken in groups of ``p`` micro-batches per chunk (the last group
     may be smaller); forwards go chunk 0..v-1, backwards chunk v-1..0. Device ``d`` warms up
-    with ``2(p-d-1) + (v-1)·p`` forwards, as Megatron does.
+    with ``2(p-d-1) + (v-1)·p`` forwards, as Megatron does (a few more when ``m % p != 0``).
     """
     table_f: list[tuple[int, int]] = []  # (chunk, mb)
     for g0 in range(0, m, p):
@@ -93,17 +93,23 @@ def interleaved_order(p: int, m: int, v: int) -> Order:
             table_f += [(c, i) for i in group]
     table_b = [(v - 1 - c, i) for c, i in table_f]
     total = m * v
-    out = []
-    for d in range(p):
-        warm = min(total, 2 * (p - d - 1) + (v - 1) * p)
-        fs = [Action(c * p + d, "F", i) for c, i in table_f]
-        bs = [Action(c * p + d, "BW", i) for c, i in table_b]
-        acts = fs[:warm]
-        for k in range(total - warm):
-            acts += [fs[warm + k], bs[k]]
-        acts += bs[total - warm :]
-        out.append(acts)
-    return out
+    # Megatron's warm-up; when m is not a multiple of p the last, smaller group can make that
+    # order wait on itself, so warm up a little longer until the orders are consistent.
+    for extra in range(total + 1):
+        out = []
+        for d in range(p):
+            warm = min(total, 2 * (p - d - 1) + (v - 1) * p + extra)
+            fs = [Action(c * p + d, "F", i) for c, i in table_f]
+            bs = [Action(c * p + d, "BW", i) for c, i in table_b]
+            acts = fs[:warm]
+            for k in range(total - warm):
+                acts += [fs[warm + k], bs[k]]
+            acts += bs[total - warm :]
+            out.append(acts)
+        probe = Plan(m, [(s, s + 1) for s in range(p * v)], loop_placement(p, v), out)
+        if find_order_cycle(probe) is None:
+            return out
+    raise OctoPipeError("schedule interleaved: no consistent order found")  # unreachable
 
 
 def greedy_zb_order(

@@ -112,3 +112,19 @@ def test_every_peer_is_valid_on_samples(sched: str, part: str) -> None:
         plan = build_plan(prof, sched, 4, 8, chunks=2, partition=part)
         validate_plan(plan, prof.num_layers)
         assert str(plan).startswith("plan ")
+
+
+def test_every_peer_is_consistent_on_small_grids() -> None:
+    """All peers give acyclic, complete plans for p = 1..6 and m = 1..13 (m % p != 0 too)."""
+    from tests.helpers import uniform_profile
+
+    for p in range(1, 7):
+        prof = uniform_profile(6 * p)
+        for m in range(1, 14):
+            for sched in SCHEDULES:
+                if sched == "dualpipev" and m < 2 * p:
+                    continue
+                for v in (2, 3) if sched == "interleaved" else (None,):
+                    plan = build_plan(prof, sched, p, m, chunks=v)
+                    validate_plan(plan, prof.num_layers)
+                    assert simulate(prof, plan).step_time_ms > 0
