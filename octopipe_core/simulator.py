@@ -245,42 +245,55 @@ def _simulate(
     S = plan.num_stages
     D = plan.num_devices
     placement = plan.placement
-    bkind = backward_kinds(plan)
     fms, bms, wms = costs.f_ms, costs.b_ms, costs.w_ms
     act, stash = costs.activation_mib, costs.stash_mib
     send = costs.send_ms
 
     # Flatten: one id per action. Every action has at most one data producer (F(s) <- F(s-1),
     # B(s) <- B(s+1) or F on the last stage, W(s) <- B(s)), so the DAG is stored as arrays.
-    ids: dict[Action, int] = {}
-    ops: list[tuple[int, Action]] = []
-    for d, acts in enumerate(plan.schedule):
-        for a in acts:
-            ids[a] = len(ops)
-            ops.append((d, a))
+    M = plan.num_microbatches
+    ops: list[tuple[int, Action]] = [(d, a) for d, acts in enumerate(plan.schedule) for a in acts]
     n = len(ops)
+    where = {"F": [-1] * (S * M), "B": [-1] * (S * M), "W": [-1] * (S * M), "BW": [-1] * (S * M)}
+    for i, (_, a) in enumerate(ops):
+        where[a.kind][a.stage * M + a.mb] = i
+    idx_f, idx_b, idx_bw = where["F"], where["B"], where["BW"]
     dur = [0.0] * n
     prod = [-1] * n  # producer id
     xfer = [-1.0] * n  # transfer time from the producer if it is on another device, else -1
     rcons = [-1] * n  # the consumer on another device, if any
     for i, (d, a) in enumerate(ops):
-        s, k = a.stage, a.kind
+        s, k, mb = a
         if k == "F":
             dur[i] = fms[s]
-        elif k == "B":
-            dur[i] = bms[s]
+            if s == 0:
+                continue
+            ps = s - 1
+            j = idx_f[ps * M + mb]
         elif k == "W":
             dur[i] = wms[s]
+            ps = s
+            j = idx_b[s * M + mb]
         else:
-            dur[i] = bms[s] + wms[s]
-        for p in producers(a, S, bkind):
-            j = ids.get(p)
-            if j is None:
-                raise OctoPipeError(f"plan: action {p} (needed by {a}) is missing")
-            prod[i] = j
-            if placement[p.stage] != d:
-                xfer[i] = send[p.stage if p.stage < s else s]
-                rcons[j] = i
+            dur[i] = bms[s] if k == "B" else bms[s] + wms[s]
+            if s == S - 1:
+                ps = s
+                j = idx_f[s * M + mb]
+            else:
+                ps = s + 1
+                j = idx_b[ps * M + mb]
+                if j < 0:
+                    j = idx_bw[ps * M + mb]
+        if j < 0:
+            need = producers(a, S, backward_kinds(plan))[0]
+            raise OctoPipeError(
+                f"plan: field 'schedule': action {need} (needed by {a}) is missing; "
+                "fix: every stage runs F and B+W (or BW) on every micro-batch"
+            )
+        prod[i] = j
+        if placement[ps] != d:
+            xfer[i] = send[ps if ps < s else s]
+            rcons[j] = i
 
     start = [0.0] * n
     end = [0.0] * n
@@ -338,7 +351,7 @@ def _simulate(
         dev_free[d] = free
         send_free[d] = sfree
     if remaining:
-        cyc = find_order_cycle(plan, bkind) if check else None
+        cyc = find_order_cycle(plan) if check else None
         path = " -> ".join(map(str, cyc)) if cyc else "unknown"
         raise OctoPipeError(
             f"plan: field 'schedule': the device orders contradict the data dependencies "
