@@ -352,7 +352,8 @@ def derive_profile(cfg: ModelConfig, gpu: GPUSpec | None = None) -> dict[str, An
         "name": cfg.name,
         "tokens_per_microbatch": cfg.tokens_per_microbatch,
         "device": {
-            k: getattr(gpu, k) for k in ("name", "memory_gib", "p2p_gbps", "p2p_latency_us")
+            **{k: getattr(gpu, k) for k in ("name", "memory_gib", "p2p_gbps", "p2p_latency_us")},
+            **({"gpus": cfg.tensor_parallel} if cfg.tensor_parallel > 1 else {}),
         },
         "layer_types": {t: _layer_costs(cfg, t, gpu) for t in dict.fromkeys(cfg.layers)},
         "layers": list(cfg.layers),

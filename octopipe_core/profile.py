@@ -87,6 +87,7 @@ class DeviceSpec:
     memory_gib: float = 80.0
     p2p_gbps: float = 50.0
     p2p_latency_us: float = 10.0
+    gpus: int = 1  # GPUs behind one pipeline device (e.g. a tensor-parallel group of 8)
 
     def transfer_ms(self, size_mib: float) -> float:
         """Time of one point-to-point transfer: latency + size / bandwidth (GB/s = 1e9 B/s).
@@ -143,7 +144,7 @@ class Profile:
             "format": FORMAT,
             "name": self.name,
             "tokens_per_microbatch": self.tokens_per_microbatch,
-            "device": dict(self.device.__dict__),
+            "device": {k: v for k, v in self.device.__dict__.items() if k != "gpus" or v != 1},
             "layer_types": {t.name: t.to_dict() for t in self.layer_types},
             "layers": list(self.layers),
             **({"source": self.source} if self.source else {}),
@@ -283,18 +284,20 @@ def _parse_profile(data: Any, src: str) -> Profile:
     if not isinstance(dev_raw, dict):
         raise input_error(src, "device", "expected an object", 'write {"name": "H800", ...}')
     for key in dev_raw:
-        if key not in ("name", "memory_gib", "p2p_gbps", "p2p_latency_us"):
+        if key not in ("name", "memory_gib", "p2p_gbps", "p2p_latency_us", "gpus"):
             raise input_error(
-                src,
-                f"device.{key}",
-                "unknown key",
-                "use name, memory_gib, p2p_gbps, p2p_latency_us",
-            )
+                src, f"device.{key}", "unknown key",
+                "use name, memory_gib, p2p_gbps, p2p_latency_us, gpus",
+            )  # fmt: skip
+    gpus = dev_raw.get("gpus", 1)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise input_error(src, "device.gpus", f"got {gpus!r}", "use a positive integer (default 1)")
     device = DeviceSpec(
         name=str(dev_raw.get("name", "H800")),
         memory_gib=_number(dev_raw.get("memory_gib", 80), src, "device.memory_gib", positive=True),
         p2p_gbps=_number(dev_raw.get("p2p_gbps", 50), src, "device.p2p_gbps", positive=True),
         p2p_latency_us=_number(dev_raw.get("p2p_latency_us", 10), src, "device.p2p_latency_us"),
+        gpus=gpus,
     )
     lts = data.get("layer_types")
     if not isinstance(lts, dict) or not lts:
@@ -340,6 +343,7 @@ _CSV_META = {
     "memory_gib": float,
     "p2p_gbps": float,
     "p2p_latency_us": float,
+    "gpus": int,
 }
 CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, "w_stash_mib")
 
@@ -416,6 +420,7 @@ def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
             ("memory_gib", "memory_gib"),
             ("p2p_gbps", "p2p_gbps"),
             ("p2p_latency_us", "p2p_latency_us"),
+            ("gpus", "gpus"),
         )
         if k1 in meta
     }
@@ -438,6 +443,8 @@ def profile_to_csv(profile: Profile) -> str:
     out.write(f"# tokens_per_microbatch: {profile.tokens_per_microbatch}\n# device: {d.name}\n")
     out.write(f"# memory_gib: {d.memory_gib}\n# p2p_gbps: {d.p2p_gbps}\n")
     out.write(f"# p2p_latency_us: {d.p2p_latency_us}\n")
+    if d.gpus != 1:
+        out.write(f"# gpus: {d.gpus}\n")
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for i, lt in enumerate(profile.layer_costs()):

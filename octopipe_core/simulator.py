@@ -151,7 +151,8 @@ class SimResult:
     def tokens_per_gpu_per_s(self) -> float:
         t = self.step_time_ms / 1000.0
         tokens = self.plan.num_microbatches * self.profile.tokens_per_microbatch
-        return 0.0 if t <= 0 else tokens / t / self.num_devices
+        gpus = self.num_devices * self.profile.device.gpus
+        return 0.0 if t <= 0 else tokens / t / gpus
 
     def metrics(self) -> dict[str, Any]:
         """The JSON summary printed by ``octopipe simulate --json``."""

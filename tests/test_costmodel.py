@@ -137,7 +137,10 @@ def test_profile_invariants(name: str) -> None:
     p = derive_profile(cfg)
     assert p["format"] == "octopipe.profile/v1"
     assert p["tokens_per_microbatch"] == cfg.seq_len * cfg.micro_batch_size
-    assert p["device"] == {"name": "H800", "memory_gib": 80, "p2p_gbps": 50, "p2p_latency_us": 10}
+    dev = {"name": "H800", "memory_gib": 80, "p2p_gbps": 50, "p2p_latency_us": 10}
+    if PRESETS[name].tensor_parallel > 1:  # a pipeline device is a tensor-parallel group
+        dev["gpus"] = PRESETS[name].tensor_parallel
+    assert p["device"] == dev
     assert set(p["layer_types"]) == set(p["layers"])
     out = cfg.tokens_per_microbatch * cfg.hidden * 2 / cfg.tensor_parallel / 2**20
     for t, lt in p["layer_types"].items():

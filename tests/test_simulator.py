@@ -106,3 +106,14 @@ def test_metrics_keys_and_units() -> None:
         assert key in m
     assert m["lower_bound_ms"] == pytest.approx(8 * 3)
     assert m["tokens_per_gpu_per_s"] == pytest.approx(8 * 1000 / (m["step_time_ms"] / 1000) / 4)
+
+
+def test_tokens_per_gpu_counts_every_gpu_of_a_tensor_parallel_device() -> None:
+    from octopipe_core.profile import load_sample, parse_profile_csv, profile_to_csv
+
+    prof = load_sample("nemotron-h-56b")
+    assert prof.device.gpus == 8
+    plan = build_plan(prof, "1f1b", 4, 8)
+    one = simulate(prof.with_device(gpus=1), plan)
+    assert simulate(prof, plan).tokens_per_gpu_per_s == pytest.approx(one.tokens_per_gpu_per_s / 8)
+    assert parse_profile_csv(profile_to_csv(prof)).device.gpus == 8
