@@ -8,8 +8,8 @@ share one communication stream per device, as in the simulator). Rules, in prior
 1. the oldest ready **B** (it unblocks the upstream device and frees memory);
 2. the oldest ready **F**, if the device's activation memory after it (plus one micro-batch of
    each later stage on the same device, so the pipeline can always drain) stays under the
-   device's budget in MiB, and the device holds fewer than its in-flight limit of forwards
-   awaiting their B;
+   device's budget in MiB, and, for the device's first stage (where micro-batches enter it),
+   the device holds fewer than its in-flight limit of forwards awaiting their B;
 3. a pending **W** (fewest dependencies) to fill the gap, or to free memory when an F is
    blocked by the budget;
 4. otherwise wait for the next arrival.
@@ -48,31 +48,41 @@ class Policy:
     * ``w_fill``: ``"greedy"`` runs a pending W whenever nothing else is ready, ``"lookahead"``
       only when the next known F/B arrival is at least half a W away;
     * ``f_first``: ``"oldest"`` runs the oldest micro-batch's F first, ``"deepest"`` the F of
-      the latest stage first (fewer activations held).
+      the latest stage first (fewer activations held);
+    * ``f_ahead``: when > 0, a ready F goes before a ready B unless the B's micro-batch is at
+      least ``f_ahead`` older (micro-batches enter the pipeline sooner, at some memory cost).
     """
 
     inflight: float = 0.0
     w_fill: str = "greedy"
     f_first: str = "oldest"
+    f_ahead: int = 0
 
     @property
     def name(self) -> str:
         lim = "mem" if self.inflight <= 0 else f"x{self.inflight:g}"
-        return f"ls[{lim},{self.w_fill},{self.f_first}]"
+        ahead = f",F+{self.f_ahead}" if self.f_ahead else ""
+        return f"ls[{lim},{self.w_fill},{self.f_first}{ahead}]"
 
 
 POLICIES: tuple[Policy, ...] = (
     Policy(0.0, "greedy", "oldest"),
+    Policy(0.0, "lookahead", "oldest"),
+    Policy(1.5, "lookahead", "oldest"),
+    Policy(0.0, "lookahead", "oldest", 4),
     Policy(1.0, "greedy", "oldest"),
     Policy(2.0, "greedy", "oldest"),
-    Policy(0.0, "lookahead", "oldest"),
-    Policy(1.0, "lookahead", "oldest"),
+    Policy(1.5, "lookahead", "oldest", 2),
     Policy(0.0, "greedy", "deepest"),
-    Policy(1.5, "greedy", "oldest"),
+    Policy(1.0, "lookahead", "oldest"),
+    Policy(0.0, "greedy", "oldest", 2),
     Policy(2.0, "lookahead", "deepest"),
-    Policy(1.0, "greedy", "deepest"),
-    Policy(1.5, "lookahead", "oldest"),
+    Policy(1.5, "greedy", "oldest"),
 )
+
+
+# one micro-batch in flight per device entry, W right away: the least activation memory
+LEAN_POLICY = Policy(1e-6, "greedy", "deepest")
 
 
 @dataclass
@@ -102,7 +112,7 @@ def inflight_limits(placement: list[int], num_devices: int, factor: float) -> li
             out.append(float("inf"))
             continue
         hops = S - min(mine)
-        out.append(max(1, round(factor * hops * len(mine) / per / max(1.0, per))))
+        out.append(max(1, round(factor * hops * len(mine) / per)))
     return out
 
 
@@ -113,11 +123,13 @@ def list_schedule(
     microbatches: int,
     budget_mib: list[float] | None,
     policy: Policy,
+    bound_ms: float | None = None,
 ) -> ListResult | None:
     """Schedule every F, B and W; ``None`` if the memory budgets make the pipeline stall.
 
     ``budget_mib[d]`` is the activation memory device ``d`` may hold (its cap minus its
-    weights); ``None`` means unlimited.
+    weights); ``None`` means unlimited. With ``bound_ms``, it also gives up (``None``) as soon
+    as some device's start time plus its remaining work exceeds that bound.
     """
     S, D, M = len(placement), num_devices, microbatches
     f, b, w = costs.f_ms, costs.b_ms, costs.w_ms
@@ -126,10 +138,13 @@ def list_schedule(
     for s, d in enumerate(placement):
         stages_of[d].append(s)
     reserve = [sum(act[t] for t in stages_of[placement[s]] if t > s) for s in range(S)]
+    first = [min(st) if st else -1 for st in stages_of]
     budget = [float("inf")] * D if budget_mib is None else list(budget_mib)
     limit = inflight_limits(placement, D, policy.inflight)
     greedy_w = policy.w_fill == "greedy"
     deepest = policy.f_first == "deepest"
+    f_before_b = policy.f_ahead > 0
+    ahead = policy.f_ahead
 
     f_arr: list[list[float | None]] = [[None] * M for _ in range(S)]
     b_arr: list[list[float | None]] = [[None] * M for _ in range(S)]
@@ -140,7 +155,11 @@ def list_schedule(
     fwd_only = [0] * D
     free, send_free = [0.0] * D, [0.0] * D
     nxt = [0.0] * D  # time of the device's live heap entry, or -1 when waiting
-    order: list[list[Action]] = [[] for _ in range(D)]
+    order: list[list[tuple[int, str, int]]] = [[] for _ in range(D)]
+    left = [0.0] * D  # remaining work per device
+    for st in range(S):
+        left[placement[st]] += (f[st] + b[st] + w[st]) * M
+    bound = float("inf") if bound_ms is None else bound_ms * (1 + 1e-9) + _EPS
     heap = [(0.0, d) for d in range(D)]
     remaining = 3 * S * M
 
@@ -180,7 +199,7 @@ def list_schedule(
                     elif a < next_arr:
                         next_arr = a
         kind, s_pick, i_pick = "", -1, -1
-        if best_b is not None:
+        if best_b is not None and not f_before_b:
             kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
         else:
             best_f = None
@@ -192,7 +211,7 @@ def list_schedule(
                 a = f_arr[s][i]
                 if a is None:
                     continue
-                if fwd_only[d] >= limit[d]:
+                if fwd_only[d] >= limit[d] and s == first[d]:
                     continue
                 if mem[d] + act[s] + reserve[s] > budget[d] + _EPS:
                     if a <= t + _EPS:
@@ -204,7 +223,11 @@ def list_schedule(
                         best_f = key
                 elif a < next_arr:
                     next_arr = a
-            if best_f is not None:
+            if best_b is not None and (
+                best_f is None or best_b[0] <= (best_f[1] if deepest else best_f[0]) - ahead
+            ):
+                kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
+            elif best_f is not None:
                 kind = "F"
                 s_pick, i_pick = (-best_f[0], best_f[1]) if deepest else (-best_f[1], best_f[0])
             elif wq[d]:
@@ -227,10 +250,13 @@ def list_schedule(
             continue
         # run it
         s, i = s_pick, i_pick
-        order[d].append(Action(s, kind, i))
+        if t + left[d] > bound:
+            return None
+        order[d].append((s, kind, i))
         remaining -= 1
         if kind == "F":
             end = t + f[s]
+            left[d] -= f[s]
             mem[d] += act[s]
             if mem[d] > peak[d]:
                 peak[d] = mem[d]
@@ -242,6 +268,7 @@ def list_schedule(
                 b_arr[s][i] = end
         elif kind == "B":
             end = t + b[s]
+            left[d] -= b[s]
             mem[d] -= act[s] - stash[s]
             b_next[s] = i + 1
             fwd_only[d] -= 1
@@ -250,10 +277,12 @@ def list_schedule(
                 deliver(d, end, s - 1, s - 1, False, i)
         else:
             end = t + w[s]
+            left[d] -= w[s]
             mem[d] -= stash[s]
         free[d] = end
         nxt[d] = end
         heapq.heappush(heap, (end, d))
     if remaining:
         return None
-    return ListResult(order, max(free), peak, policy)
+    actions = [[Action._make(a) for a in row] for row in order]
+    return ListResult(actions, max(free), peak, policy)

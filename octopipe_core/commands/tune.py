@@ -1,0 +1,120 @@
+"""``octopipe tune``: co-optimize partition, placement and schedule, starting from the best peer.
+
+Progress lines go to stderr while the search runs; the result goes to stdout (a summary, or one
+JSON object with ``--json``). ``--out PLAN.json`` saves the plan with its profile embedded and
+the memory cap in ``meta``, so ``octopipe simulate --plan PLAN.json`` reproduces its step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from octopipe_core.commands.common import add_profile_arg, print_json, resolve_profile, table
+from octopipe_core.plan import save_plan
+from octopipe_core.tuner import TuneProgress, TuneResult, tune
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="search partition, placement and schedule together",
+        description="Tune a pipeline plan with the bubble-aware iterative tuner.",
+    )
+    add_profile_arg(p)
+    p.add_argument("--devices", type=int, required=True, metavar="D")
+    p.add_argument("--microbatches", type=int, required=True, metavar="M")
+    p.add_argument(
+        "--memory-gib",
+        type=float,
+        default=None,
+        metavar="X",
+        help="memory cap per device in GiB (default: the profile's device memory)",
+    )
+    p.add_argument("--time-budget-s", type=float, default=30.0, metavar="S")
+    p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--out", default=None, metavar="PLAN.json", help="save the tuned plan here")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _progress(e: TuneProgress) -> None:
+    fits = "fits" if e.fits_memory else "OVER CAP"
+    move = f": {e.move}" if e.move else " (no gain)"
+    print(
+        f"[tune] it {e.iteration:3d} {e.phase:9s} best {e.best_step_time_ms:10.2f} ms "
+        f"({fits}) {e.elapsed_s:6.2f}s{move}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    prof = resolve_profile(args.profile)
+    res = tune(
+        prof,
+        args.devices,
+        args.microbatches,
+        memory_gib=args.memory_gib,
+        time_budget_s=args.time_budget_s,
+        seed=args.seed,
+        progress=_progress,
+    )
+    out = None
+    if args.out:
+        save_plan(res.plan, args.out, prof)
+        out = str(Path(args.out))
+    if args.json:
+        d = res.to_dict()
+        baselines = {
+            k: (
+                {"error": v["error"]}
+                if "error" in v
+                else {"step_time_ms": v["step_time_ms"], "fits_memory": v["fits_memory"]}
+            )
+            for k, v in d.pop("baselines").items()
+        }
+        print_json(
+            {
+                "profile": prof.name,
+                "devices": args.devices,
+                "microbatches": args.microbatches,
+                **d,
+                "plan": out,
+                "baselines": baselines,
+            }
+        )
+    else:
+        print(summary(res, prof.name, out))
+    return 0 if res.fits_memory else 3
+
+
+def summary(res: TuneResult, name: str, out: str | None) -> str:
+    """A readable summary of a tuning run."""
+    d = res.to_dict()
+    bp = res.best_peer()
+    rows = [
+        ["step_time_ms", res.step_time_ms],
+        ["lower_bound_ms (compute / devices)", res.lower_bound_ms],
+        [
+            "gap to bound",
+            f"{100 * d['gap_to_bound']:.2f}%" if d["gap_to_bound"] is not None else "-",
+        ],
+        ["fits_memory", res.fits_memory],
+        ["max_peak_gib / cap", f"{max(res.peak_memory_gib):.2f} / {res.memory_cap_gib:g}"],
+        ["best fitting peer", f"{bp[0]} {bp[1]:.2f} ms" if bp else "none fits"],
+        ["speedup vs 1f1b/uniform", d["speedup_vs_1f1b_uniform"] or "-"],
+        ["speedup vs best fitting peer", d["speedup_vs_best_peer"] or "-"],
+        ["layout", f"{res.plan.meta['tuner']['layout']}, {res.plan.num_stages} stages"],
+        ["search_time_s", res.search_time_s],
+        ["iterations / evaluations", f"{res.iterations} / {res.evaluations}"],
+        ["plan", out or "(not saved; pass --out PLAN.json)"],
+    ]
+    text = (
+        f"{name}: tuned on {res.plan.num_devices} devices, {res.plan.num_microbatches} "
+        f"micro-batches\n{table(rows, ['metric', 'value'])}"
+    )
+    if res.why:
+        text += f"\nwhy not closer to the bound: {res.why}"
+    return text

@@ -1,0 +1,241 @@
+"""Candidate plans and their evaluation: one simulator call decides every move.
+
+A :class:`Candidate` is a complete plan plus its simulated step time and memory. The
+:class:`Evaluator` builds candidates either from explicit device orders (peer schedules,
+reordered schedules) or by running the list scheduler with some policies on a layout, and
+ranks them: a plan that fits the memory cap beats one that does not; among plans that fit, the
+faster wins; among plans that do not, the one with the smaller overflow wins.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> ev = Evaluator(prof, devices=2, microbatches=4, cap_gib=80.0)
+>>> c = ev.from_policies([(0, 2), (2, 4)], [0, 1], "example")
+>>> c.fits, c.step_ms > 0
+(True, True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from octopipe_core.costs import StageCosts, layer_times_ms, stage_costs
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import Action, Plan
+from octopipe_core.profile import Profile
+from octopipe_core.simulator import SimResult, simulate
+from octopipe_core.tuner.layouts import DeviceFn, finish_fn
+from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
+
+Partition = list[tuple[int, int]]
+
+
+@dataclass
+class Candidate:
+    """A complete plan with its simulated step time (ms) and memory (GiB)."""
+
+    plan: Plan
+    result: SimResult
+    origin: str
+    policy: Policy | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_ms(self) -> float:
+        return self.result.step_time_ms
+
+    @property
+    def peak_gib(self) -> list[float]:
+        return self.result.peak_memory_gib
+
+    @property
+    def overflow_gib(self) -> float:
+        cap = self.result.memory_cap_gib
+        return max(0.0, max(p - cap for p in self.result.peak_memory_gib))
+
+    @property
+    def total_overflow_gib(self) -> float:
+        cap = self.result.memory_cap_gib
+        return sum(max(0.0, p - cap) for p in self.result.peak_memory_gib)
+
+    @property
+    def fits(self) -> bool:
+        return self.result.fits_memory
+
+    def key(self) -> tuple[float, float, float]:
+        """Sort key: (max and total memory overflow in GiB, step time in ms); smaller first."""
+        if self.fits:
+            return (0.0, 0.0, self.step_ms)
+        return (round(self.overflow_gib, 9), round(self.total_overflow_gib, 9), self.step_ms)
+
+
+def better(a: Candidate | None, b: Candidate | None, rel: float = 1e-9) -> bool:
+    """True if ``a`` should replace ``b``: it fits and is faster, or overflows less."""
+    if a is None:
+        return False
+    if b is None:
+        return True
+    if b.fits:
+        return a.fits and a.step_ms < b.step_ms * (1.0 - rel)
+    if a.fits:
+        return True
+    ka = (round(a.overflow_gib, 9), round(a.total_overflow_gib, 9))
+    kb = (round(b.overflow_gib, 9), round(b.total_overflow_gib, 9))
+    if ka != kb:
+        return ka < kb
+    return a.step_ms < b.step_ms * (1.0 - rel)
+
+
+class Evaluator:
+    """Builds and simulates candidates for one (profile, devices, micro-batches, cap) problem."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        devices: int,
+        microbatches: int,
+        cap_gib: float,
+        deadline: float | None = None,
+    ) -> None:
+        self.profile = profile
+        self.devices = devices
+        self.microbatches = microbatches
+        self.cap_gib = cap_gib
+        self.deadline = deadline
+        self.weights = layer_times_ms(profile)
+        layers = profile.layer_costs()
+        self.fwd_ms = [lt.forward_ms for lt in layers]
+        self.hop_ms = [profile.device.transfer_ms(lt.output_mib) for lt in layers]
+        self.evaluations = 0
+        self._costs: dict[tuple[tuple[int, int], ...], StageCosts] = {}
+        self._ls_cache: dict[tuple[Any, ...], float] = {}
+        self._pruned: dict[tuple[Any, ...], float] = {}
+        self.bound_ms = float("inf")  # list schedules slower than this are abandoned
+        self.bound_fits = False  # whether the bound comes from a plan that fits
+        self.pruned = 0
+
+    # ---- helpers ------------------------------------------------------------------------
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def costs(self, partition: Partition) -> StageCosts:
+        key = tuple(partition)
+        c = self._costs.get(key)
+        if c is None:
+            if len(self._costs) > 4096:
+                self._costs.clear()
+            c = stage_costs(self.profile, partition)
+            self._costs[key] = c
+        return c
+
+    def static_mib(self, costs: StageCosts, placement: list[int]) -> list[float]:
+        out = [0.0] * self.devices
+        for s, d in enumerate(placement):
+            out[d] += costs.weight_mib[s]
+        return out
+
+    def budgets_mib(self, costs: StageCosts, placement: list[int]) -> list[float]:
+        """Activation memory each device may hold: its cap minus its weights."""
+        return [self.cap_gib * 1024.0 - x for x in self.static_mib(costs, placement)]
+
+    def finish_fn(self, placement: list[int]) -> DeviceFn:
+        """Per-device finish estimate (first arrival + micro-batches x load) for a placement."""
+        return finish_fn(
+            self.weights, self.fwd_ms, self.hop_ms, placement, self.devices, self.microbatches
+        )
+
+    # ---- building candidates ------------------------------------------------------------
+    def from_order(
+        self,
+        partition: Partition,
+        placement: list[int],
+        order: list[list[Action]],
+        origin: str,
+        policy: Policy | None = None,
+    ) -> Candidate | None:
+        """Simulate explicit device orders; ``None`` if they deadlock."""
+        plan = Plan(self.microbatches, list(partition), list(placement), order, "octopipe-tuned")
+        self.evaluations += 1
+        try:
+            r = simulate(self.profile, plan, self.cap_gib, check=False)
+        except (OctoPipeError, KeyError):
+            return None
+        return Candidate(plan, r, origin, policy)
+
+    def from_policies(
+        self,
+        partition: Partition,
+        placement: list[int],
+        origin: str,
+        policies: tuple[Policy, ...] | list[Policy] = POLICIES[:3],
+        allow_overflow: bool = True,
+        bound_ms: float | None = None,
+    ) -> Candidate | None:
+        """List-schedule a layout with each policy; simulate the fastest schedule that fits.
+
+        When no policy fits the cap and ``allow_overflow`` is set, the layout is scheduled
+        without a cap so that the search can still rank it by its overflow. ``bound_ms``
+        (default: the evaluator's ``bound_ms``, the incumbent's step time) lets the scheduler
+        give up early on plans that cannot beat it; those return ``None``.
+        """
+        if bound_ms is None:
+            bound_ms = self.bound_ms if self.bound_fits else float("inf")
+        bound = bound_ms
+        costs = self.costs(partition)
+        budgets = self.budgets_mib(costs, placement)
+        best = None
+        lay = (tuple(partition), tuple(placement))
+        for pol in policies:
+            ck = (*lay, pol)
+            lim = bound if best is None else min(bound, best.makespan_ms)
+            known = self._ls_cache.get(ck)
+            if known is not None and (known == float("inf") or known >= lim * (1 - 1e-12)):
+                continue  # stalls, or cannot beat the bound: no need to schedule it again
+            if self._pruned.get(ck, -1.0) >= lim:
+                continue  # already abandoned at a looser bound
+            self.evaluations += 1
+            r = list_schedule(costs, placement, self.devices, self.microbatches, budgets, pol, lim)
+            if r is None and lim < float("inf"):
+                self.pruned += 1
+                self._pruned[ck] = lim
+                continue  # worse than the bound (or stalled): retried only at a looser bound
+            self._ls_cache[ck] = float("inf") if r is None else r.makespan_ms
+            if r is not None and (best is None or r.makespan_ms < best.makespan_ms - 1e-9):
+                best = r
+        if best is None:
+            if not allow_overflow or (self.bound_fits and bound < float("inf")):
+                return None
+            # nothing fits: the plan holding the fewest micro-batches, to rank by overflow
+            best = list_schedule(
+                costs, placement, self.devices, self.microbatches, None, LEAN_POLICY
+            )
+            if best is None:
+                return None
+        return self.from_order(partition, placement, best.order, origin, best.policy)
+
+    def seen_policy(self, partition: Partition, placement: list[int], policy: Policy) -> bool:
+        """Whether this layout was already list-scheduled with ``policy``."""
+        return (tuple(partition), tuple(placement), policy) in self._ls_cache
+
+
+@dataclass
+class Proposal:
+    """One move: its phase, a description and a thunk that builds (and simulates) it."""
+
+    phase: str
+    description: str
+    build: Callable[[], Candidate | None]
+
+
+def proposal(phase: str, description: str, fn: Callable[[], Candidate | None]) -> Proposal:
+    """A :class:`Proposal` whose candidate is labelled with ``description``."""
+
+    def run() -> Candidate | None:
+        c = fn()
+        if c is not None:
+            c.origin = description
+        return c
+
+    return Proposal(phase, description, run)

@@ -1,0 +1,164 @@
+"""Placement moves: finer units and different stage-to-device maps to cut start-up/drain bubbles.
+
+* **family switch**: re-plan the model as ``seq``, ``v``, ``loop{v}`` or ``zigzag{v}`` (stage
+  dispersion into virtual stages, loop and V shapes), with a device-balanced partition;
+* **split**: cut one stage in two and put the new half on another device (irregular layouts);
+* **merge**: join two adjacent stages that sit on the same device (saves a transfer);
+* **swap**: exchange the devices of two stages (e.g. move a memory-hungry block to a device
+  with room), then rebalance the partition;
+* **trade**: move a layer off the first or last stage even if the device loads get a little
+  worse, when the shorter warm-up or drain buys more.
+
+Every layout is list-scheduled with a few policies.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> from octopipe_core.tuner.evaluate import Evaluator
+>>> prof = Profile.from_dict(example_profile_dict())
+>>> ev = Evaluator(prof, devices=2, microbatches=4, cap_gib=80.0)
+>>> inc = ev.from_policies([(0, 2), (2, 4)], [0, 1], "start")
+>>> "switch to v" in [p.description for p in placement_proposals(ev, inc)]
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from octopipe_core.tuner.evaluate import Candidate, Evaluator, Partition, Proposal, proposal
+from octopipe_core.tuner.layouts import (
+    FAMILIES,
+    balance_partition,
+    device_loads,
+    family_partition,
+    family_placement,
+)
+from octopipe_core.tuner.list_scheduler import POLICIES
+
+SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
+FAM_POL = POLICIES[:3]  # policies tried on a new layout family (local moves try two)
+
+
+def family_of(placement: list[int], devices: int) -> str | None:
+    """The layout family a placement belongs to, or None if irregular.
+
+    >>> family_of([0, 1, 1, 0], 2)
+    'v'
+    """
+    for fam in FAMILIES:
+        if family_placement(fam, devices) == placement:
+            return fam
+    return None
+
+
+def _layout(
+    ev: Evaluator, part: Partition, place: list[int], policies: tuple | None = None
+) -> Callable[[], Candidate | None]:
+    if policies is None:  # small problems afford every policy on every move
+        policies = POLICIES if ev.devices * ev.microbatches <= 16 else POLICIES[:2]
+    return lambda: ev.from_policies(part, place, "", policies)
+
+
+def family_proposals(ev: Evaluator, current: str | None = None) -> list[Proposal]:
+    """One proposal per layout family that fits the model's layer count."""
+    out = []
+    for fam in FAMILIES:
+        place = family_placement(fam, ev.devices)
+        if fam == current or len(place) > ev.profile.num_layers:
+            continue
+        part = family_partition(ev.weights, fam, ev.devices)
+        out.append(proposal("placement", f"switch to {fam}", _layout(ev, part, place, FAM_POL)))
+        fin = balance_partition(ev.weights, part, place, ev.devices, ev.finish_fn(place))
+        if fin != part:
+            desc = f"switch to {fam} (fill-aware partition)"
+            out.append(proposal("placement", desc, _layout(ev, fin, place, FAM_POL)))
+    return out
+
+
+def _split(part: Partition, s: int, weights: list[float]) -> Partition | None:
+    a, b = part[s]
+    if b - a < 2:
+        return None
+    tot = sum(weights[a:b])
+    acc, cut = 0.0, a + 1
+    for i in range(a, b - 1):
+        acc += weights[i]
+        cut = i + 1
+        if acc >= tot / 2:
+            break
+    return [*part[:s], (a, cut), (cut, b), *part[s + 1 :]]
+
+
+def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[Proposal]:
+    """Family switches, then splits, merges, swaps and trades around the busiest device."""
+    plan = inc.plan
+    part, place, D = plan.partition, plan.placement, ev.devices
+    S, w = len(part), ev.weights
+    fam = family_of(place, D)
+    out = family_proposals(ev, fam)
+    loads = device_loads(w, part, place, D)
+    by_load = sorted(range(D), key=lambda d: loads[d])
+    hi, lo = by_load[-1], by_load[0]
+    peaks = inc.peak_gib
+    mem_hi = max(range(D), key=lambda d: peaks[d])
+    mem_lo = min(range(D), key=lambda d: peaks[d])
+    local: list[Proposal] = []
+    # split a stage of the busiest device (or a boundary stage) and disperse the new half
+    split_stages = [s for s in range(S) if place[s] == hi] + [0, S - 1]
+    for s in dict.fromkeys(split_stages):
+        new = _split(part, s, w)
+        if new is None or ev.profile.num_layers < S + 1:
+            continue
+        targets = dict.fromkeys([lo, *(place[t] for t in (s - 1, s + 1) if 0 <= t < S)])
+        for d in targets:
+            if d == place[s]:
+                continue
+            new_place = [*place[: s + 1], d, *place[s + 1 :]]
+            bal = balance_partition(w, new, new_place, D)
+            desc = f"split s{s} -> new stage on d{d}"
+            local.append(proposal("placement", desc, _layout(ev, bal, new_place)))
+    # merge adjacent stages on the same device
+    for s in range(S - 1):
+        if place[s] == place[s + 1]:
+            new = [*part[:s], (part[s][0], part[s + 1][1]), *part[s + 2 :]]
+            new_place = place[:s] + place[s + 1 :]
+            local.append(proposal("placement", f"merge s{s}+s{s + 1}", _layout(ev, new, new_place)))
+    # swap the devices of two stages (time-heavy with light, memory-heavy with roomy)
+    pairs = [(hi, lo), (mem_hi, mem_lo)]
+    for da, db in dict.fromkeys(pairs):
+        if da == db:
+            continue
+        for sa in (s for s in range(S) if place[s] == da):
+            for sb in (s for s in range(S) if place[s] == db):
+                new_place = list(place)
+                new_place[sa], new_place[sb] = db, da
+                bal = balance_partition(w, part, new_place, D)
+                desc = f"swap s{sa}(d{da}) <-> s{sb}(d{db})"
+                local.append(proposal("placement", desc, _layout(ev, bal, new_place)))
+    # small layouts: every pairwise swap and every single-stage relocation
+    if S <= SMALL_LAYOUT:
+        for sa in range(S):
+            for sb in range(sa + 1, S):
+                if place[sa] != place[sb]:
+                    new_place = list(place)
+                    new_place[sa], new_place[sb] = place[sb], place[sa]
+                    desc = f"swap s{sa}(d{place[sa]}) <-> s{sb}(d{place[sb]})"
+                    local.append(proposal("placement", desc, _layout(ev, part, new_place)))
+            if place.count(place[sa]) > 1:
+                for d in range(D):
+                    if d != place[sa]:
+                        new_place = list(place)
+                        new_place[sa] = d
+                        desc = f"relocate s{sa} to d{d}"
+                        local.append(proposal("placement", desc, _layout(ev, part, new_place)))
+    # trade: shorten the first and last stages by one layer
+    for s, t in ((0, 1), (S - 1, S - 2)):
+        if 0 <= t < S and part[s][1] - part[s][0] >= 2:
+            new = list(part)
+            if s < t:
+                new[s], new[t] = (part[s][0], part[s][1] - 1), (part[t][0] - 1, part[t][1])
+            else:
+                new[s], new[t] = (part[s][0] + 1, part[s][1]), (part[t][0], part[t][1] + 1)
+            local.append(
+                proposal("placement", f"trade a layer s{s}->s{t}", _layout(ev, new, place))
+            )
+    return out + local[: max(limit, len(local) if S <= SMALL_LAYOUT else 0)]
