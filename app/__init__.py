@@ -1,0 +1,1 @@
+"""OctoPipe's Streamlit dashboard: ``python -m streamlit run app/streamlit_app.py``."""

@@ -1,0 +1,1 @@
+"""Helpers of the dashboard pages: pure (analysis, charts, tuning, exporting) and Streamlit."""

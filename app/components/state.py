@@ -1,0 +1,435 @@
+"""Session state, shareable query parameters and cached simulation for the dashboard pages.
+
+State lives under a few plain keys of ``st.session_state``:
+
+* ``profile`` (a frozen ``Profile``), ``profile_origin`` ("sample", "upload" or "edited") and
+  ``profile_version`` (bumped on every change; plan caches key on it);
+* ``sample``, ``devices``, ``microbatches``, ``memory_gib``, ``schedule``, ``chunks``,
+  ``partition``: the settings, also carried by the URL's query parameters;
+* ``plan_edit``: the hand-edited plan of the Plan page (JSON) with the settings it was made for;
+* ``tuned``: the tuner's best plan (JSON) with the settings it was made for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.components import analysis, charts, exporting, tuning
+from app.components.analysis import Settings
+from octopipe_core.commands.baselines import baselines
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import Plan
+from octopipe_core.profile import Profile, list_samples, load_sample
+from octopipe_core.schedules import PARTITIONS, SCHEDULES
+from octopipe_core.simulator import simulate
+
+DEFAULT_SAMPLE = "nemotron-h-8b"
+AUTO_TUNED = "OctoPipe (quick tune)"
+DEFAULTS: dict[str, Any] = {
+    "sample": DEFAULT_SAMPLE,
+    "devices": 8,
+    "microbatches": 32,
+    "schedule": "1f1b",
+    "chunks": 2,
+    "partition": "uniform",
+    "memory_gib": 80.0,
+}
+QUERY_KEYS = ("sample", "devices", "microbatches", "schedule", "chunks", "memory_gib")
+LIMITS = {"devices": (1, 128), "microbatches": (1, 1024), "chunks": (1, 8)}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cached_sample(name: str) -> Profile:
+    return load_sample(name)
+
+
+def init() -> None:
+    """Fill defaults once per session, reading the URL's query parameters first."""
+    ss = st.session_state
+    if ss.get("_initialised"):
+        return
+    ss["_initialised"] = True
+    warnings: list[str] = []
+    values = dict(DEFAULTS)
+    given: dict[str, Any] = {}
+    qp = st.query_params
+    for key in QUERY_KEYS:
+        if key not in qp:
+            continue
+        raw = qp.get(key, "")
+        try:
+            values[key] = given[key] = _parse_param(key, raw)
+        except ValueError as e:
+            warnings.append(f"URL parameter {key}={raw!r} ignored: {e}")
+    for k, v in values.items():
+        ss.setdefault(k, v)
+    ss["qp_warnings"] = warnings
+    ss["url_schedule"] = given.get("schedule")  # a shared URL's schedule, if valid
+    try:
+        set_profile(cached_sample(ss["sample"]), "sample")
+    except OctoPipeError as e:
+        ss["qp_warnings"].append(str(e))
+        ss["sample"] = DEFAULT_SAMPLE
+        set_profile(cached_sample(DEFAULT_SAMPLE), "sample")
+
+
+def recover_interrupted_tune() -> None:
+    """A tuner run stopped by a click (Stop, or another page) keeps its best plan so far."""
+    ss = st.session_state
+    if not ss.get("tune_running"):
+        return
+    ss["tune_running"] = False
+    partial = ss.pop("tune_partial", None)
+    if partial and partial["key"] == workload_key():
+        ss["tuned"] = {**partial, "note": "Tuning stopped early: kept the best plan found so far."}
+    else:
+        ss["tune_stopped_empty"] = True
+
+
+def _parse_param(key: str, raw: str) -> Any:
+    if key == "sample":
+        if raw not in list_samples():
+            raise ValueError(f"use one of {', '.join(list_samples())}")
+        return raw
+    if key == "schedule":
+        if raw not in SCHEDULES:
+            raise ValueError(f"use one of {', '.join(SCHEDULES)}")
+        return raw
+    if key == "memory_gib":
+        v = float(raw)
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError("use a positive number of GiB")
+        return v
+    v = int(raw)
+    lo, hi = LIMITS[key]
+    if not lo <= v <= hi:
+        raise ValueError(f"use {lo}..{hi}")
+    return v
+
+
+def show_warnings() -> None:
+    for w in st.session_state.get("qp_warnings", []):
+        st.warning(w)
+
+
+def set_profile(profile: Profile, origin: str) -> None:
+    ss = st.session_state
+    ss["profile"] = profile
+    ss["profile_origin"] = origin
+    ss["profile_version"] = ss.get("profile_version", 0) + 1
+    ss.pop("plan_edit", None)
+
+
+def profile() -> Profile:
+    return st.session_state["profile"]
+
+
+def settings(schedule: str | None = None, partition: str | None = None) -> Settings:
+    ss = st.session_state
+    return Settings(
+        devices=int(ss["devices"]),
+        microbatches=int(ss["microbatches"]),
+        schedule=schedule or ss["schedule"],
+        chunks=int(ss["chunks"]),
+        partition=partition or ss["partition"],
+        memory_gib=float(ss["memory_gib"]),
+    )
+
+
+def workload_key() -> tuple[Any, ...]:
+    """What a tuned plan depends on: the profile and the workload size."""
+    ss = st.session_state
+    return (ss["profile_version"], int(ss["devices"]), int(ss["microbatches"]))
+
+
+def bound(name: str) -> str:
+    """Widget key for persistent setting ``name`` (widget state is dropped on page switch)."""
+    wk = f"_w_{name}"
+    if wk not in st.session_state:
+        st.session_state[wk] = st.session_state[name]
+    return wk
+
+
+def commit(name: str) -> None:
+    st.session_state[name] = st.session_state[f"_w_{name}"]
+
+
+def sidebar() -> None:
+    """The workload controls shared by every page (the entrypoint draws them)."""
+    ss = st.session_state
+    with st.sidebar:
+        origin = {"sample": "sample", "upload": "uploaded", "edited": "edited"}[
+            ss["profile_origin"]
+        ]
+        prof = profile()
+        st.markdown(f"**Model:** {prof.name} ({origin}, {prof.num_layers} layers)")
+        st.number_input("devices", *LIMITS["devices"], key=bound("devices"), step=1)
+        commit("devices")
+        st.number_input("micro-batches", *LIMITS["microbatches"], key=bound("microbatches"))
+        commit("microbatches")
+        st.number_input(
+            "memory cap (GiB per device)", 1.0, 4096.0, key=bound("memory_gib"), step=8.0
+        )
+        commit("memory_gib")
+        st.caption(
+            f"{prof.device.name}: {prof.device.memory_gib:g} GiB, "
+            f"{prof.device.p2p_gbps:g} GB/s links; {prof.tokens_per_microbatch:,} tokens per "
+            "micro-batch."
+        )
+
+
+def sync_query_params() -> str:
+    """Write the shareable settings into the URL (Plan and Compare pages); returns the query
+    string, e.g. ``sample=nemotron-h-8b&devices=8&...``."""
+    ss = st.session_state
+    want = {
+        "devices": str(ss["devices"]),
+        "microbatches": str(ss["microbatches"]),
+        "schedule": ss["schedule"],
+        "chunks": str(ss["chunks"]),
+        "memory_gib": f"{float(ss['memory_gib']):g}",
+    }
+    if ss["profile_origin"] == "sample":
+        want = {"sample": ss["sample"], **want}
+    current = {k: st.query_params.get(k) for k in st.query_params}
+    if current != want:
+        st.query_params.from_dict(want)
+    return "&".join(f"{k}={v}" for k, v in want.items())
+
+
+# --------------------------------------------------------------------------------------------
+# Cached computations (keyed on plain data: frozen profile, JSON plan, numbers)
+@st.cache_data(show_spinner=False, max_entries=64)
+def _cached_peer(profile: Profile, s: Settings) -> str:
+    return analysis.plan_json(analysis.peer_plan(profile, s))
+
+
+def cached_peer(profile: Profile, s: Settings) -> str:
+    """A peer plan as JSON (cached; the memory cap does not change a plan's shape)."""
+    return _cached_peer(profile, _plan_shape(s))
+
+
+@st.cache_resource(show_spinner=False, max_entries=24)
+def cached_sim(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
+    """Metrics and timeline of a plan: one shared object per key, so **read-only** (a cached
+    copy of a 65k-row timeline would cost more than the redraw budget)."""
+    res = simulate(profile, cached_plan(plan_js), cap)
+    return {"metrics": analysis.summary_metrics(res), "timeline": res.timeline()}
+
+
+@st.cache_resource(show_spinner=False, max_entries=24)
+def cached_plan(plan_js: str) -> Plan:
+    """The parsed plan (shared: callers copy before changing it, as the edit helpers do)."""
+    return analysis.plan_from_json(plan_js)
+
+
+@st.cache_data(show_spinner=False, max_entries=24)
+def cached_memory_curves(profile: Profile, plan_js: str) -> pd.DataFrame:
+    """Memory (GiB) per device over time; computed only when a page shows it."""
+    return simulate(profile, analysis.plan_from_json(plan_js)).memory_curves()
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_metrics(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
+    res = simulate(profile, analysis.plan_from_json(plan_js), cap)
+    return analysis.summary_metrics(res)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_gantt(
+    profile: Profile, plans: tuple[tuple[str, str], ...], cap: float, max_bars: int
+) -> go.Figure:
+    sims = {name: cached_sim(profile, js, cap) for name, js in plans}
+    x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())
+    titled = {
+        f"{n}: step {s['metrics']['step_time_ms']:,.1f} ms": s["timeline"] for n, s in sims.items()
+    }
+    return charts.compare_gantt_figure(titled, max_bars=max_bars, x_max_ms=x_max)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: float) -> go.Figure:
+    sims = {name: cached_sim(profile, js, cap) for name, js in plans}
+    x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())
+    curves = {name: cached_memory_curves(profile, js) for name, js in plans}
+    return charts.memory_figure(curves, cap, x_max_ms=x_max)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_baselines(profile: Profile, devices: int, mbs: int, chunks: int, cap: float) -> dict:
+    return baselines(profile, devices, mbs, chunks, cap)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cached_sweep(
+    profile: Profile, peers: tuple[str, ...], axis: str, values: tuple[int, ...], base: Settings
+) -> pd.DataFrame:
+    rows = []
+    for key in peers:
+        sched, part = analysis.split_peer_key(key)
+        for v in values:
+            s = Settings(
+                devices=v if axis == "devices" else base.devices,
+                microbatches=v if axis == "microbatches" else base.microbatches,
+                schedule=sched,
+                chunks=base.chunks,
+                partition=part,
+                memory_gib=base.memory_gib,
+            )
+            try:
+                res = simulate(profile, analysis.peer_plan(profile, s), base.memory_gib)
+            except OctoPipeError:
+                continue
+            m = analysis.summary_metrics(res)
+            rows.append({"plan": key, axis: v, **{k: m[k] for k in analysis.METRIC_COLUMNS}})
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def cached_job(profile: Profile, plan_js: str, folder: str) -> tuple[bytes, list[str]]:
+    """The runnable job of a plan, zipped (see ``exporting.job_zip``)."""
+    return exporting.job_zip(analysis.plan_from_json(plan_js), profile, folder)
+
+
+# --------------------------------------------------------------------------------------------
+# The plans a page can show
+def peer_plan_js(key: str) -> str:
+    """A peer plan (``schedule/partition``) at the current settings, as JSON."""
+    sched, part = analysis.split_peer_key(key)
+    return cached_peer(profile(), settings(sched, part))
+
+
+def current_plan() -> Plan:
+    """The Plan page's plan: the hand-edited one if it matches the settings, else the peer."""
+    js = current_plan_js()
+    return analysis.plan_from_json(js)
+
+
+def current_plan_js() -> str:
+    ss = st.session_state
+    s = settings()
+    edit = ss.get("plan_edit")
+    if (
+        edit
+        and edit["settings"] == _plan_shape(s)
+        and edit["profile_version"] == ss["profile_version"]
+    ):
+        return edit["plan"]
+    return cached_peer(profile(), s)
+
+
+def _plan_shape(s: Settings) -> Settings:
+    """The settings a plan's shape depends on (the memory cap only changes its metrics)."""
+    return dataclasses.replace(s, memory_gib=None)
+
+
+def set_plan_edit(plan: Plan) -> None:
+    ss = st.session_state
+    ss["plan_edit"] = {
+        "settings": _plan_shape(settings()),
+        "profile_version": ss["profile_version"],
+        "plan": analysis.plan_json(plan),
+    }
+
+
+def tuned_plan_js() -> str | None:
+    t = st.session_state.get("tuned")
+    if t and t["key"] == workload_key():
+        return t["plan"]
+    return None
+
+
+def best_peer() -> tuple[str, dict[str, Any]] | None:
+    """The fastest peer that fits the memory cap (or the fastest at all), by ``baselines``."""
+    s = settings()
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    ok = {k: v for k, v in res.items() if "error" not in v}
+    if not ok:
+        return None
+    fits = {k: v for k, v in ok.items() if v["fits_memory"]} or ok
+    key = min(fits, key=lambda k: fits[k]["step_time_ms"])
+    return key, fits[key]
+
+
+AUTO_TUNE_BUDGET_S = 3.0
+AUTO_TUNE_MAX_SIZE = 16 * 64  # devices x micro-batches tuned on a first visit
+
+
+@st.cache_data(show_spinner="tuning a plan (up to 3 s)…", max_entries=16)
+def cached_auto_tune(profile: Profile, devices: int, mbs: int, cap: float) -> str | None:
+    """A quick tuner run (fixed seed and budget) for the landing page; None if unavailable."""
+    tune, _ = tuning.load_tuner()
+    if tune is None:
+        return None
+    try:
+        res = tuning.call_tune(
+            tune, profile, devices, mbs, cap, AUTO_TUNE_BUDGET_S, 0, lambda _p: None
+        )
+        plan = tuning.result_plan(res)
+        if plan is None:
+            return None
+        analysis.validate(plan, profile.num_layers)
+    except Exception:  # a failing tuner falls back to the best peer
+        return None
+    return analysis.plan_json(plan)
+
+
+def auto_tuned_js() -> str | None:
+    """The landing page's quick tuned plan, for workloads small enough to tune in seconds."""
+    s = settings()
+    if s.devices * s.microbatches > AUTO_TUNE_MAX_SIZE:
+        return None
+    return cached_auto_tune(profile(), s.devices, s.microbatches, s.memory_gib)
+
+
+def challenger() -> tuple[str, str] | None:
+    """The plan shown against 1F1B by default: the session's tuned plan, else a quick tuned
+    plan, else the best peer by ``baselines``."""
+    js = tuned_plan_js()
+    if js:
+        return "tuned", js
+    js = auto_tuned_js()
+    if js:
+        return AUTO_TUNED, js
+    best = best_peer()
+    if best is None:
+        return None
+    return f"best peer: {best[0]}", peer_plan_js(best[0])
+
+
+def plan_choices() -> dict[str, str]:
+    """Every plan the Compare and Export pages offer, name -> JSON (those that build)."""
+    out: dict[str, str] = {}
+    tuned = tuned_plan_js()
+    if tuned:
+        out["tuned"] = tuned
+    auto = auto_tuned_js()
+    if auto:
+        out[AUTO_TUNED] = auto
+    try:
+        cur = current_plan_js()
+        name = json.loads(cur).get("name", "")
+        out[f"plan page: {name}"] = cur
+    except OctoPipeError:
+        pass
+    for key in analysis.peer_keys():
+        try:
+            out[key] = peer_plan_js(key)
+        except OctoPipeError:
+            continue
+    return out
+
+
+def plan_metrics(plan_js: str) -> dict[str, Any]:
+    return cached_metrics(profile(), plan_js, float(st.session_state["memory_gib"]))
+
+
+def peer_options() -> list[str]:
+    return [f"{s}/{p}" for s in SCHEDULES for p in PARTITIONS]

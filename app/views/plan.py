@@ -1,0 +1,131 @@
+"""Plan page: build a peer plan, then edit it by hand; every change re-simulates at once."""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+from app.components import analysis, charts, panels, state
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.schedules import PARTITIONS, SCHEDULES
+
+ss = st.session_state
+st.title("Plan")
+state.show_warnings()
+c1, c2, c3 = st.columns(3)
+c1.selectbox("peer schedule", SCHEDULES, key=state.bound("schedule"))
+state.commit("schedule")
+c2.number_input(
+    "chunks per device (interleaved)", *state.LIMITS["chunks"], key=state.bound("chunks"),
+    disabled=ss["schedule"] != "interleaved",
+)  # fmt: skip
+state.commit("chunks")
+c3.selectbox("partition", PARTITIONS, key=state.bound("partition"))
+state.commit("partition")
+query = state.sync_query_params()
+st.caption(f"Share this view: `/plan?{query}`")
+
+prof, s = state.profile(), state.settings()
+try:
+    js = state.current_plan_js()
+    sim = state.cached_sim(prof, js, s.memory_gib)
+except OctoPipeError as e:
+    st.error(str(e))
+    st.stop()
+plan = state.cached_plan(js)
+ss["_plan_js_shown"] = js
+edited = "plan_edit" in ss and ss["plan_edit"]["plan"] == js
+ref = None
+if edited:
+    ref = state.cached_sim(prof, state.cached_peer(prof, s), s.memory_gib)["metrics"]
+st.subheader(f"{plan.name}" + (" (hand-edited; deltas against the peer plan)" if edited else ""))
+panels.metric_row(sim["metrics"], ref)
+c1, c2 = st.columns(2)
+max_bars = charts.DEFAULT_MAX_BARS
+if len(sim["timeline"]) > max_bars:
+    with c1:
+        max_bars = panels.every_block_toggle("plan_every_block")
+show_memory = c2.toggle("memory per device (GiB)", key="plan_memory")
+fig = state.cached_gantt(prof, ((plan.name, js),), s.memory_gib, max_bars)
+if fig.layout.meta and fig.layout.meta.get("raster"):
+    st.caption(panels.raster_note(max_bars))
+st.plotly_chart(fig, width="stretch", key="plan_gantt", config={"displaylogo": False})
+if show_memory:
+    st.plotly_chart(state.cached_memory(prof, ((plan.name, js),), s.memory_gib), width="stretch")
+
+st.markdown("### Edit by hand")
+ss.setdefault("edit_ver", 0)
+# editor keys change with the plan, so an editor never carries edits over to another plan
+ver = f"{ss['edit_ver']}_{hashlib.sha1(js.encode()).hexdigest()[:10]}"
+ss["_edit_key"] = ver
+left, right = st.columns([2, 3])
+with left:
+    st.markdown("**Stages**: move boundaries (first layer) and assign devices")
+    stages = analysis.stages_frame(plan, prof)
+    new_stages = st.data_editor(
+        stages,
+        key=f"stages_{ver}",
+        hide_index=True,
+        width="stretch",
+        height=min(420, 38 + 35 * len(stages)),
+        disabled=["stage", "last layer", "F+B+W (ms)", "layers"],
+        column_config={
+            "first layer": st.column_config.NumberColumn(min_value=0, step=1),
+            "device": st.column_config.NumberColumn(min_value=0, max_value=s.devices - 1, step=1),
+        },
+    )
+    if not new_stages[["first layer", "device"]].equals(stages[["first layer", "device"]]):
+        try:
+            new = analysis.edit_stages(
+                plan,
+                prof,
+                [int(x) for x in new_stages["first layer"]],
+                [int(x) for x in new_stages["device"]],
+            )
+        except (OctoPipeError, ValueError, TypeError) as e:
+            st.error(str(e))
+        else:
+            state.set_plan_edit(new)
+            ss["edit_ver"] += 1
+            st.rerun()
+with right:
+    devs = ["all devices", *(f"d{d}" for d in range(plan.num_devices))]
+    pick = st.selectbox(
+        "per-device order (`<stage><F|B|W|BW><micro-batch>`, space-separated)",
+        devs,
+        index=0 if plan.num_devices <= 16 else 1,
+        key=f"order_dev_{plan.num_devices}",
+    )
+    full = analysis.schedule_text(plan)
+    lines = full.splitlines()
+    shown = full if pick == "all devices" else lines[devs.index(pick) - 1]
+    text = st.text_area(
+        "actions, in the order the device runs them",
+        shown,
+        height=260,
+        key=f"order_{ver}_{pick}",
+    )
+    if text.strip() != shown.strip():
+        if pick != "all devices":
+            d = devs.index(pick) - 1
+            body = text.strip()
+            if not body.startswith(f"d{d}:"):
+                body = f"d{d}: {body}"
+            lines[d] = body
+            text = "\n".join(lines)
+        try:
+            new = analysis.apply_schedule_text(plan, text, prof.num_layers)
+        except OctoPipeError as e:
+            st.error(str(e))
+        else:
+            state.set_plan_edit(new)
+            ss["edit_ver"] += 1
+            st.rerun()
+b1, b2 = st.columns([1, 3])
+if edited and b1.button("Reset hand edits"):
+    ss.pop("plan_edit", None)
+    ss["edit_ver"] += 1
+    st.rerun()
+with b2:
+    panels.plan_download(js, key="plan_dl")
