@@ -468,7 +468,10 @@ def parse_profile_bytes(raw: bytes, filename: str) -> Profile:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise input_error(
-            filename, f"line {e.lineno}", f"invalid JSON ({e.msg})", "fix the JSON syntax"
+            filename,
+            "<file>",
+            f"invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})",
+            "fix the JSON syntax",
         ) from None
     return _parse_profile(data, filename)
 

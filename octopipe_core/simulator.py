@@ -180,42 +180,59 @@ class SimResult:
     # ---- tables ---------------------------------------------------------------------------
     def timeline(self, include_comm: bool = True) -> Any:
         """A pandas DataFrame, one row per op: device, stream, kind, stage, mb, times, layers."""
+        import numpy as np
         import pandas as pd
 
-        part = self.plan.partition
-        rows = [
-            (
-                d,
-                "compute",
-                a.kind,
-                a.stage,
-                a.mb,
-                s,
-                e,
-                f"{part[a.stage][0]}-{part[a.stage][1] - 1}",
-            )
-            for (d, a), s, e in zip(self.ops, self.start_ms, self.end_ms, strict=True)
-        ]
+        labels = np.array([f"{lo}-{hi - 1}" for lo, hi in self.plan.partition], dtype=object)
+        dev = [d for d, _ in self.ops]
+        kind = [a.kind for _, a in self.ops]
+        stage = [a.stage for _, a in self.ops]
+        mb = [a.mb for _, a in self.ops]
+        start, end = list(self.start_ms), list(self.end_ms)
+        stream = ["compute"] * len(dev)
+        layers = list(labels[np.asarray(stage, dtype=np.int64)]) if stage else []
         if include_comm:
-            for src, dst, prod, _cons, s, e in self.transfers:
-                kind = "send_F" if prod.kind == "F" else "send_B"
-                rows.append((src, "comm", kind, prod.stage, prod.mb, s, e, f"to d{dst}"))
-        cols = ["device", "stream", "kind", "stage", "mb", "start_ms", "end_ms", "layers"]
-        return pd.DataFrame(rows, columns=cols)
+            src, dst, xs, xe = self._xfers
+            for i, c in zip(src, dst, strict=True):
+                d, a = self.ops[i]
+                dev.append(d)
+                kind.append("send_F" if a.kind == "F" else "send_B")
+                stage.append(a.stage)
+                mb.append(a.mb)
+                layers.append(f"to d{self.ops[c][0]}")
+            start += xs
+            end += xe
+            stream += ["comm"] * len(src)
+        return pd.DataFrame(
+            {
+                "device": dev,
+                "stream": stream,
+                "kind": kind,
+                "stage": stage,
+                "mb": mb,
+                "start_ms": start,
+                "end_ms": end,
+                "layers": layers,
+            }
+        )
 
     def memory_curves(self) -> Any:
         """A pandas DataFrame of step curves: device, time_ms, memory_gib (static included)."""
+        import numpy as np
         import pandas as pd
 
-        rows = []
+        parts = []
         for d, events in enumerate(self._events):
-            level = self.static_mib[d]
-            rows.append((d, 0.0, level / 1024))
-            for t, delta in events:
-                level += delta
-                rows.append((d, t, level / 1024))
-            rows.append((d, self.step_time_ms, level / 1024))
-        return pd.DataFrame(rows, columns=["device", "time_ms", "memory_gib"])
+            t = np.fromiter((e[0] for e in events), float, len(events))
+            delta = np.fromiter((e[1] for e in events), float, len(events))
+            level = (self.static_mib[d] + np.concatenate(([0.0], np.cumsum(delta)))) / 1024
+            times = np.concatenate(([0.0], t, [self.step_time_ms]))
+            parts.append(
+                pd.DataFrame(
+                    {"device": d, "time_ms": times, "memory_gib": np.append(level, level[-1])}
+                )
+            )
+        return pd.concat(parts, ignore_index=True)
 
 
 def simulate(
