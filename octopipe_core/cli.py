@@ -13,7 +13,7 @@ import sys
 
 from octopipe_core.errors import OctoPipeError
 
-COMMAND_MODULES = ("simulate", "baselines")
+COMMAND_MODULES = ("simulate", "baselines", "export", "run", "profile", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ receive blocks where it is posted, and the receive order on each pair equals the
 ...             [parse_actions("0F0 0F1 0BW0 0BW1"), parse_actions("1F0 1BW0 1F1 1BW1")])
 >>> print(format_lowered(lower_plan(plan)))
 r0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0BW0 0RECV_B1 0BW1
-r1: 1RECV_F0 1F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1
+r1: 1RECV_F0 1F0 1RECV_F1 1BW0 1SEND_B0 1F1 1BW1 1SEND_B1
 """
 
 from __future__ import annotations

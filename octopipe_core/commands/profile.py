@@ -1,0 +1,80 @@
+"""``octopipe profile``: measure per-layer costs with torch and write a profile file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from octopipe_core.errors import OctoPipeError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="measure F/B/W time and memory of layer families with torch",
+        description="Measure the stand-in layer of each family (forward, input-grad backward, "
+        "weight-grad backward, activation and weight memory) and write octopipe.profile/v1.",
+    )
+    p.add_argument(
+        "--layers",
+        required=True,
+        metavar="TYPES",
+        help="comma-separated layers in model order: family, name=family, with *N repeats, "
+        "e.g. embedding,mamba2=mamba*4,attention,mlp,lm_head",
+    )
+    p.add_argument("--hidden", type=int, required=True, metavar="H")
+    p.add_argument("--seq", type=int, required=True, metavar="S")
+    p.add_argument("--microbatch-size", type=int, default=1, metavar="B")
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--name", default="measured")
+    p.add_argument("--p2p-gbps", type=float, default=50.0)
+    p.add_argument("--p2p-latency-us", type=float, default=10.0)
+    p.add_argument("--out", required=True, metavar="FILE")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for k in ("hidden", "seq", "microbatch_size", "repeats", "vocab", "threads"):
+        if getattr(args, k) < 1:
+            raise OctoPipeError(f"profile: --{k.replace('_', '-')}: must be >= 1; fix: use 1+")
+    import torch
+
+    from octopipe_core.executor.models import ModelSettings
+    from octopipe_core.executor.profiler import parse_layers, profile_layers
+    from octopipe_core.profile import load_profile
+
+    torch.set_num_threads(args.threads)
+    layers = parse_layers(args.layers)
+    st = ModelSettings(
+        hidden=args.hidden,
+        seq=args.seq,
+        vocab=args.vocab,
+        microbatch_size=args.microbatch_size,
+        dtype=args.dtype,
+    )
+    data = profile_layers(
+        layers,
+        st,
+        args.device,
+        args.repeats,
+        args.warmup,
+        args.name,
+        args.p2p_gbps,
+        args.p2p_latency_us,
+    )
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+    prof = load_profile(args.out)
+    print(f"wrote {args.out}: {prof.num_layers} layers, {len(prof.layer_types)} types")
+    for t in prof.layer_types:
+        print(
+            f"  {t.name:<18} F {t.forward_ms:8.3f} ms  B {t.backward_input_ms:8.3f} ms  "
+            f"W {t.backward_weight_ms:8.3f} ms  act {t.activation_mib:8.3f} MiB  "
+            f"weights {t.weight_mib:8.3f} MiB"
+        )
+    return 0

@@ -1,0 +1,77 @@
+"""Run several executor configs in one local process group (tests, benchmarks).
+
+``run_local(configs, world)`` spawns ``world`` processes (gloo, 127.0.0.1, a free port), runs
+every config in turn in the same group, and returns rank 0's results. Batching many checks per
+launch keeps distributed test suites fast.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from octopipe_core.executor.runtime import execute
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    configs: list[dict[str, Any]],
+    out: str,
+    steps: int,
+    warmup: int,
+    timeout_s: float,
+) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    results = []
+    for cfg in configs:
+        res = execute(cfg, torch.device("cpu"), steps, warmup)
+        if rank == 0:
+            results.append(res)
+    if rank == 0:
+        Path(out).write_bytes(pickle.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_local(
+    configs: list[dict[str, Any]],
+    world: int,
+    steps: int = 1,
+    warmup: int = 0,
+    timeout_s: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Results (rank 0's merged dicts) of each config, run on ``world`` local gloo ranks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "results.pkl")
+        mp.spawn(
+            _worker,
+            args=(world, free_port(), configs, out, steps, warmup, timeout_s),
+            nprocs=world,
+            join=True,
+        )
+        return pickle.loads(Path(out).read_bytes())

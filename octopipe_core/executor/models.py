@@ -1,0 +1,439 @@
+"""Small pure-torch stand-in layers per profile family, and the split input/weight backward.
+
+Every matmul weight goes through ``deferred_linear`` (embeddings through ``deferred_embedding``):
+inside ``defer_weight_grads(store)`` their backward computes only the input gradient and
+appends what the weight gradient needs (input, output grad) to ``store``; ``apply_weight_grads``
+later computes and accumulates the weight gradients. That is the zero-bubble B/W split without
+recomputation. Outside the context they behave like ``F.linear`` / ``F.embedding``. Other
+parameters (norm scales, the SSM's A/D/conv) get their gradients during B.
+
+A user model (``module:function`` returning the layers in profile order) gets the same split:
+``make_deferrable`` routes its ``nn.Linear`` and ``nn.Embedding`` modules through these
+functions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from octopipe_core.errors import OctoPipeError
+
+_STORE: list[tuple[Any, ...]] | None = None
+
+
+@contextmanager
+def defer_weight_grads(store: list[tuple[Any, ...]]) -> Iterator[None]:
+    """Within the block, linear/embedding weight gradients are queued on ``store``."""
+    global _STORE
+    prev, _STORE = _STORE, store
+    try:
+        yield
+    finally:
+        _STORE = prev
+
+
+def _acc(p: torch.Tensor, g: torch.Tensor) -> None:
+    if p.grad is None:
+        p.grad = g.detach().clone()
+    else:
+        p.grad.add_(g)
+
+
+def apply_weight_grads(store: list[tuple[Any, ...]]) -> None:
+    """Compute and accumulate the weight gradients queued by a split backward (the W pass)."""
+    for item in store:
+        if item[0] == "linear":
+            _, x, g, w, b = item
+            g2 = g.reshape(-1, g.shape[-1])
+            _acc(w, g2.t() @ x.reshape(-1, x.shape[-1]))
+            if b is not None:
+                _acc(b, g2.sum(0))
+        else:
+            _, ids, g, w = item
+            gw = torch.zeros_like(w)
+            gw.index_add_(0, ids.reshape(-1), g.reshape(-1, g.shape[-1]))
+            _acc(w, gw)
+    store.clear()
+
+
+class _LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> Any:
+        ctx.save_for_backward(x, w)
+        ctx.bias = b
+        out = x @ w.t()
+        return out + b if b is not None else out
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        x, w = ctx.saved_tensors
+        b = ctx.bias
+        gx = g @ w if ctx.needs_input_grad[0] else None
+        if not (w.requires_grad or (b is not None and b.requires_grad)):
+            return gx, None, None
+        if _STORE is not None:
+            _STORE.append(("linear", x.detach(), g.detach(), w, b))
+            return gx, None, None
+        g2 = g.reshape(-1, g.shape[-1])
+        gw = g2.t() @ x.reshape(-1, x.shape[-1])
+        return gx, gw, (g2.sum(0) if b is not None else None)
+
+
+class _EmbeddingFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, ids: torch.Tensor, w: torch.Tensor) -> Any:
+        ctx.save_for_backward(ids)
+        ctx.weight = w
+        return w[ids]
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        (ids,) = ctx.saved_tensors
+        w = ctx.weight
+        if _STORE is not None:
+            _STORE.append(("embedding", ids, g.detach(), w))
+            return None, None
+        gw = torch.zeros_like(w)
+        gw.index_add_(0, ids.reshape(-1), g.reshape(-1, g.shape[-1]))
+        return None, gw
+
+
+def deferred_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
+    """``F.linear`` whose weight gradient can be deferred (see the module docstring)."""
+    return _LinearFn.apply(x, w, b)
+
+
+def deferred_embedding(ids: torch.Tensor, w: torch.Tensor) -> Any:
+    """``F.embedding`` whose weight gradient can be deferred."""
+    return _EmbeddingFn.apply(ids, w)
+
+
+class DLinear(nn.Linear):
+    """``nn.Linear`` with a deferrable weight gradient."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return deferred_linear(x, self.weight, self.bias)
+
+
+def make_deferrable(module: nn.Module) -> nn.Module:
+    """Route every ``nn.Linear`` / ``nn.Embedding`` of ``module`` through the deferred ops."""
+    for m in module.modules():
+        if isinstance(m, DLinear):
+            continue
+        if isinstance(m, nn.Linear):
+            m.forward = (lambda mm: lambda x: deferred_linear(x, mm.weight, mm.bias))(m)  # type: ignore[method-assign]
+        elif isinstance(m, nn.Embedding) and m.padding_idx is None and m.max_norm is None:
+            m.forward = (lambda mm: lambda ids: deferred_embedding(ids, mm.weight))(m)  # type: ignore[method-assign]
+    return module
+
+
+# --------------------------------------------------------------------------------------------
+# Stand-in layers; all map (batch, seq, hidden) -> (batch, seq, hidden) except the ends.
+class RMSNorm(nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Embedding(nn.Module):
+    def __init__(self, vocab: int, h: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(vocab, h) * 0.5)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return deferred_embedding(ids, self.weight)
+
+
+class Attention(nn.Module):
+    """Pre-norm causal multi-head self-attention with a residual."""
+
+    def __init__(self, h: int, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads if h % heads == 0 else 1
+        self.norm = RMSNorm(h)
+        self.qkv = DLinear(h, 3 * h)
+        self.out = DLinear(h, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        nh, hd = self.heads, h // self.heads
+        q, k, v = self.qkv(self.norm(x)).split(h, dim=-1)
+        q, k, v = (t.reshape(b, s, nh, hd).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, s, h)
+        return x + self.out(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, h: int, mult: int = 4) -> None:
+        super().__init__()
+        self.norm = RMSNorm(h)
+        self.up = DLinear(h, mult * h)
+        self.down = DLinear(mult * h, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x)), approximate="tanh"))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.attn = Attention(h)
+        self.mlp = MLP(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.attn(x))
+
+
+class Mamba(nn.Module):
+    """A Mamba-style selective state-space block (input-dependent dt, B, C; sequential scan)."""
+
+    def __init__(self, h: int, state: int = 8, expand: int = 2, conv: int = 4) -> None:
+        super().__init__()
+        e = expand * h
+        self.e, self.n, self.r, self.k = e, state, max(1, h // 16), conv
+        self.norm = RMSNorm(h)
+        self.in_proj = DLinear(h, 2 * e)
+        self.conv_w = nn.Parameter(torch.randn(e, conv) * 0.3)
+        self.x_proj = DLinear(e, self.r + 2 * state, bias=False)
+        self.dt_proj = DLinear(self.r, e)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1).float()).repeat(e, 1))
+        self.D = nn.Parameter(torch.ones(e))
+        self.out_proj = DLinear(e, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        xs, z = self.in_proj(self.norm(x)).split(self.e, dim=-1)
+        pad = F.pad(xs.transpose(1, 2), (self.k - 1, 0))  # causal depthwise conv
+        xs = F.silu(F.conv1d(pad, self.conv_w.unsqueeze(1), groups=self.e).transpose(1, 2))
+        dt_raw, bm, cm = self.x_proj(xs).split([self.r, self.n, self.n], dim=-1)
+        dt = F.softplus(self.dt_proj(dt_raw))
+        a = -torch.exp(self.A_log.to(x.dtype))
+        hstate = x.new_zeros(b, self.e, self.n)
+        ys = []
+        for t in range(s):
+            da = torch.exp(dt[:, t, :, None] * a)
+            hstate = da * hstate + (dt[:, t] * xs[:, t])[..., None] * bm[:, t, None, :]
+            ys.append((hstate * cm[:, t, None, :]).sum(-1) + self.D * xs[:, t])
+        y = torch.stack(ys, dim=1) * F.silu(z)
+        return x + self.out_proj(y)
+
+
+class MoE(nn.Module):
+    """Top-k routed mixture of small MLP experts with a residual."""
+
+    def __init__(self, h: int, experts: int = 4, topk: int = 2) -> None:
+        super().__init__()
+        self.topk = min(topk, experts)
+        self.norm = RMSNorm(h)
+        self.router = DLinear(h, experts, bias=False)
+        self.up = nn.ModuleList(DLinear(h, 2 * h) for _ in range(experts))
+        self.down = nn.ModuleList(DLinear(2 * h, h) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        t = self.norm(x).reshape(-1, h)
+        gates, idx = self.router(t).softmax(-1).topk(self.topk, dim=-1)
+        gates = gates / gates.sum(-1, keepdim=True)
+        out = torch.zeros_like(t)
+        for e in range(len(self.up)):
+            tok, slot = (idx == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            y = self.down[e](F.gelu(self.up[e](t[tok]), approximate="tanh"))
+            out = out.index_add(0, tok, y * gates[tok, slot, None])
+        return x + out.reshape(b, s, h)
+
+
+class LMHead(nn.Module):
+    def __init__(self, h: int, vocab: int) -> None:
+        super().__init__()
+        self.norm = RMSNorm(h)
+        self.proj = DLinear(h, vocab, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.norm(x))
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass
+class ModelSettings:
+    """Sizes and data of the executed model (CPU-small by default)."""
+
+    hidden: int = 16
+    seq: int = 8
+    vocab: int = 64
+    microbatch_size: int = 2
+    dtype: str = "float64"
+    seed: int = 0
+    factory: str = ""  # "module:function" returning the layers in profile order
+    input: str = "auto"  # "tokens" | "hidden"
+    loss: str = "auto"  # "cross_entropy" | "mse"
+    mamba_state: int = 8
+    moe_experts: int = 4
+    moe_topk: int = 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ModelSettings:
+        known = set(ModelSettings.__dataclass_fields__)
+        return ModelSettings(**{k: v for k, v in d.items() if k in known})
+
+    def torch_dtype(self) -> torch.dtype:
+        return {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[
+            self.dtype
+        ]
+
+    def resolved(self, families: list[str]) -> ModelSettings:
+        """A copy with ``input``/``loss`` decided from the first/last layer family."""
+        s = ModelSettings(**asdict(self))
+        if s.input == "auto":
+            s.input = "tokens" if families[0] == "embedding" else "hidden"
+        if s.loss == "auto":
+            s.loss = "cross_entropy" if families[-1] == "lm_head" else "mse"
+        return s
+
+
+def standin_layer(family: str, st: ModelSettings) -> nn.Module:
+    """A stand-in layer of ``family`` at the sizes of ``st``."""
+    h = st.hidden
+    if family == "embedding":
+        return Embedding(st.vocab, h)
+    if family == "attention":
+        return Attention(h)
+    if family == "mamba":
+        return Mamba(h, st.mamba_state)
+    if family == "moe":
+        return MoE(h, st.moe_experts, st.moe_topk)
+    if family == "mlp":
+        return MLP(h)
+    if family == "transformer_block":
+        return TransformerBlock(h)
+    if family == "lm_head":
+        return LMHead(h, st.vocab)
+    raise OctoPipeError(f"model: unknown layer family {family!r}; fix: use a profile family")
+
+
+def build_layers(
+    families: list[str], st: ModelSettings, keep: set[int] | None = None
+) -> list[nn.Module | None]:
+    """The model's layers in profile order; layers outside ``keep`` are None (not built).
+
+    Each stand-in layer is seeded by its index, so any subset matches the full model. A user
+    factory is called once (seeded) and its layers outside ``keep`` are dropped.
+    """
+    dtype = st.torch_dtype()
+    if st.factory:
+        layers = load_factory(st.factory, st, families)
+        return [
+            make_deferrable(m.to(dtype)) if keep is None or i in keep else None
+            for i, m in enumerate(layers)
+        ]
+    out: list[nn.Module | None] = []
+    for i, fam in enumerate(families):
+        if keep is not None and i not in keep:
+            out.append(None)
+            continue
+        torch.manual_seed(st.seed * 100003 + i)
+        out.append(standin_layer(fam, st).to(dtype))
+    return out
+
+
+def load_factory(spec: str, st: ModelSettings, families: list[str]) -> list[nn.Module]:
+    """Call a user factory ``module:function``; it must return one module per profile layer.
+
+    It is called with those of ``families`` (the profile's layer families) and the settings'
+    fields (``hidden``, ``seq``, ``vocab``, ...) that its signature names."""
+    num_layers = len(families)
+    mod_name, _, fn_name = spec.partition(":")
+    if not mod_name or not fn_name:
+        raise OctoPipeError(f"--model {spec!r}: expected module:function; fix: e.g. mypkg.m:build")
+    try:
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as e:
+        raise OctoPipeError(f"--model {spec!r}: cannot import ({e}); fix: check PYTHONPATH") from e
+    torch.manual_seed(st.seed)
+    params = inspect.signature(fn).parameters
+    avail = {**st.to_dict(), "families": list(families)}
+    kwargs = {k: v for k, v in avail.items() if k in params}
+    layers = list(fn(**kwargs))
+    if len(layers) != num_layers or not all(isinstance(m, nn.Module) for m in layers):
+        raise OctoPipeError(
+            f"--model {spec!r}: returned {len(layers)} items, the profile has {num_layers} "
+            "layers; fix: return one nn.Module per profile layer, in profile order"
+        )
+    return layers
+
+
+class _Residual(nn.Module):
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+def example_factory(families: list[str], hidden: int, vocab: int) -> list[nn.Module]:
+    """An example user factory built from plain ``torch.nn`` modules (one per family)."""
+    out: list[nn.Module] = []
+    for fam in families:
+        if fam == "embedding":
+            out.append(nn.Embedding(vocab, hidden))
+        elif fam == "lm_head":
+            out.append(nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, vocab)))
+        else:
+            body = nn.Sequential(
+                nn.LayerNorm(hidden),
+                nn.Linear(hidden, 2 * hidden),
+                nn.GELU(),
+                nn.Linear(2 * hidden, hidden),
+            )
+            out.append(_Residual(body))
+    return out
+
+
+def make_batch(st: ModelSettings, num_microbatches: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic inputs and targets ``[mb][microbatch_size, seq, ...]``, same on all ranks."""
+    g = torch.Generator().manual_seed(st.seed + 12345)
+    shape = (num_microbatches, st.microbatch_size, st.seq)
+    if st.input == "tokens":
+        x = torch.randint(0, st.vocab, shape, generator=g)
+    else:
+        x = torch.randn(*shape, st.hidden, generator=g).to(st.torch_dtype())
+    y = torch.randint(0, st.vocab, shape, generator=g)
+    return x, y
+
+
+def loss_fn(out: torch.Tensor, target: torch.Tensor, st: ModelSettings, m: int) -> torch.Tensor:
+    """Loss of one micro-batch, scaled by ``1/m`` so the step's loss is the mean."""
+    if st.loss == "cross_entropy":
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1)) / m
+    return out.pow(2).mean() / m
+
+
+def param_names(layers: list[nn.Module | None]) -> dict[str, nn.Parameter]:
+    """Parameters keyed ``"{layer index}.{name}"`` (global layer index)."""
+    return {
+        f"{i}.{n}": p
+        for i, layer in enumerate(layers)
+        if layer is not None
+        for n, p in layer.named_parameters()
+    }

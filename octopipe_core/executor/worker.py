@@ -1,0 +1,79 @@
+"""Worker entry point under torchrun: ``python -m octopipe_core.executor.worker CONFIG``.
+
+Rank 0 writes ``result.json`` (losses, step times, op records), ``grads.pt`` and
+``trace_executed.json`` into ``--out`` (default: the config's folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from octopipe_core.executor.runtime import PeerError, execute, init_distributed
+from octopipe_core.executor.trace import records_trace, write_trace
+
+
+def write_outputs(res: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(res["grads"], out / "grads.pt")
+    summary = {k: v for k, v in res.items() if k != "grads"}
+    (out / "result.json").write_text(json.dumps(summary))
+    write_trace(records_trace(res["records"]), out / "trace_executed.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="octopipe-worker")
+    ap.add_argument("config")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--backend", default=None)
+    args = ap.parse_args(argv)
+    cfg = json.loads(Path(args.config).read_text())
+    rt = cfg.setdefault("runtime", {})
+    torch.set_num_threads(int(rt.get("threads", 1)))
+    timeout = float(rt.get("timeout_s", 45))
+    rank, _, device = init_distributed(args.backend or rt.get("backend", "auto"), timeout)
+    pin = os.environ.get("OCTOPIPE_PIN", "")
+    if pin:
+        # Pins the calling (compute) thread only; the process group's I/O threads, created
+        # above, keep every core ("OCTOPIPE_PIN=all" pins them too: set before init).
+        cores = sorted(os.sched_getaffinity(0))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        os.sched_setaffinity(0, {cores[local % len(cores)]})
+    steps = args.steps if args.steps is not None else int(rt.get("steps", 1))
+    warmup = args.warmup if args.warmup is not None else int(rt.get("warmup", 0))
+    try:
+        res = execute(cfg, device, steps, warmup)
+    except PeerError as e:
+        print(f"octopipe worker: error: {e}", file=sys.stderr, flush=True)
+        os._exit(3)  # do not wait in the process-group teardown for a dead peer
+    except Exception as e:  # a peer error raised while posting, or a model error
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(
+            f"octopipe worker: error: rank {rank}: {type(e).__name__}: {msg}",
+            file=sys.stderr,
+            flush=True,
+        )
+        traceback.print_exc()
+        os._exit(3)
+    if rank == 0 and res is not None:
+        write_outputs(res, Path(args.out) if args.out else Path(args.config).parent)
+        print(
+            f"octopipe worker: losses {res['losses']} "
+            f"step_ms {[round(x, 2) for x in res['step_ms']]}"
+        )
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
