@@ -26,6 +26,8 @@ class StageCosts:
     weight_mib: list[float]
     output_mib: list[float]
     send_ms: list[float]  # transfer time of stage s's output (and of the gradient sent back to it)
+    wire_ms: list[float]  # the part of send_ms that occupies the sender's comm stream (size / bw)
+    latency_ms: list[float]  # the rest: link latency, added on arrival (0 when nothing is sent)
 
     @property
     def num_stages(self) -> int:
@@ -41,6 +43,7 @@ def stage_costs(profile: Profile, partition: list[tuple[int, int]]) -> StageCost
     n = len(partition)
     f, b, w = [0.0] * n, [0.0] * n, [0.0] * n
     act, stash, wt, out, send = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    lat = [0.0] * n
     for s, (lo, hi) in enumerate(partition):
         for lt in layers[lo:hi]:
             f[s] += lt.forward_ms
@@ -51,8 +54,10 @@ def stage_costs(profile: Profile, partition: list[tuple[int, int]]) -> StageCost
             wt[s] += lt.weight_mib
         out[s] = layers[hi - 1].output_mib if hi > lo else 0.0
         send[s] = profile.device.transfer_ms(out[s])
+        lat[s] = profile.device.p2p_latency_us / 1000.0 if out[s] > 0 else 0.0
     r = _round
-    return StageCosts(r(f), r(b), r(w), r(act), r(stash), r(wt), out, send)
+    wire = [max(0.0, x - y) for x, y in zip(send, lat, strict=True)]
+    return StageCosts(r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat)
 
 
 def _round(xs: list[float]) -> list[float]:

@@ -4,9 +4,10 @@ Nodes (tuples, all with a ``kind`` attribute):
 
 * ``("compute", Action)``: F, B, W or BW on ``device``'s compute stream, with ``duration_ms``
   and memory events ``mem_alloc_mib`` (at its start) and ``mem_free_mib`` (at its end);
-* ``("send", producer, consumer)``: the transfer on the producer device's comm stream, with
-  ``duration_ms = p2p_latency + size / bandwidth``;
-* ``("recv", producer, consumer)``: its arrival on the consumer device (zero duration).
+* ``("send", producer, consumer)``: the transfer on the producer device's comm stream, which
+  it holds for ``duration_ms = size / bandwidth``;
+* ``("recv", producer, consumer)``: its arrival on the consumer device, ``duration_ms`` = the
+  link latency (so a transfer takes ``p2p_latency + size / bandwidth`` in all).
 
 Edges carry ``dep``: ``"data"`` (same-device data dependency), ``"order"`` (per-device compute
 order), ``"comm"`` (producer -> send -> recv -> consumer) and ``"stream"`` (per-device send
@@ -69,10 +70,13 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
                 recv = ("recv", a, cons)
                 size_stage = min(a.stage, cons.stage)
                 g.add_node(
-                    send, kind="send", device=d, duration_ms=c.send_ms[size_stage],
+                    send, kind="send", device=d, duration_ms=c.wire_ms[size_stage],
                     size_mib=c.output_mib[size_stage],
                 )  # fmt: skip
-                g.add_node(recv, kind="recv", device=plan.placement[cons.stage], duration_ms=0.0)
+                g.add_node(
+                    recv, kind="recv", device=plan.placement[cons.stage],
+                    duration_ms=c.latency_ms[size_stage],
+                )  # fmt: skip
                 g.add_edge(("compute", a), send, dep="comm")
                 g.add_edge(send, recv, dep="comm")
                 g.add_edge(recv, ("compute", cons), dep="comm")

@@ -3,10 +3,11 @@
 The plan's DAG (see ``octopipe_core.graph`` for its networkx form) has compute nodes (F, B, W,
 BW) on each device's compute stream, a send node on the producing device's communication stream
 for every activation or gradient that crosses devices (it overlaps compute, runs in the order
-its producers finish, and lasts ``p2p_latency + size / bandwidth``), a zero-length receive node
-on the consumer, and memory events on the compute nodes (F allocates at its start, B/W/BW free
-at their end). This module traverses that same DAG from flat arrays, which is what the tuner
-calls thousands of times; ``graph.simulate_graph`` traverses the networkx form and tests check
+its producers finish and holds the stream for ``size / bandwidth``), a receive node on the
+consumer that adds the link latency (so a transfer takes ``p2p_latency + size / bandwidth``),
+and memory events on the compute nodes (F allocates at its start, B/W/BW free at their end).
+This module traverses that same DAG from flat arrays, which is what the tuner calls thousands
+of times; ``graph.simulate_graph`` traverses the networkx form and tests check
 that the two agree op for op.
 
 Metric definitions (units in the names):
@@ -265,7 +266,7 @@ def _simulate(
     placement = plan.placement
     fms, bms, wms = costs.f_ms, costs.b_ms, costs.w_ms
     act, stash = costs.activation_mib, costs.stash_mib
-    send = costs.send_ms
+    wire, lat = costs.wire_ms, costs.latency_ms
 
     # Flatten: one id per action. Every action has at most one data producer (F(s) <- F(s-1),
     # B(s) <- B(s+1) or F on the last stage, W(s) <- B(s)), so the DAG is stored as arrays.
@@ -278,7 +279,8 @@ def _simulate(
     idx_f, idx_b, idx_bw = where["F"], where["B"], where["BW"]
     dur = [0.0] * n
     prod = [-1] * n  # producer id
-    xfer = [-1.0] * n  # transfer time from the producer if it is on another device, else -1
+    xfer = [-1.0] * n  # wire time from the producer if it is on another device, else -1
+    xlat = [0.0] * n  # link latency of that transfer
     rcons = [-1] * n  # the consumer on another device, if any
     for i, (d, a) in enumerate(ops):
         s, k, mb = a
@@ -310,7 +312,9 @@ def _simulate(
             )
         prod[i] = j
         if placement[ps] != d:
-            xfer[i] = send[ps if ps < s else s]
+            b = ps if ps < s else s
+            xfer[i] = wire[b]
+            xlat[i] = lat[b]
             rcons[j] = i
 
     start = [0.0] * n
@@ -355,11 +359,11 @@ def _simulate(
             if ci >= 0:
                 ts = free if free > sfree else sfree
                 sfree = ts + xfer[ci]
-                arrival[ci] = sfree
+                arrival[ci] = sfree + xlat[ci]
                 x_src.append(i)
                 x_dst.append(ci)
                 x_start.append(ts)
-                x_end.append(sfree)
+                x_end.append(sfree + xlat[ci])
             w = waiter[i]
             if w >= 0:
                 ready.append(w)

@@ -117,3 +117,13 @@ def test_tokens_per_gpu_counts_every_gpu_of_a_tensor_parallel_device() -> None:
     one = simulate(prof.with_device(gpus=1), plan)
     assert simulate(prof, plan).tokens_per_gpu_per_s == pytest.approx(one.tokens_per_gpu_per_s / 8)
     assert parse_profile_csv(profile_to_csv(prof)).device.gpus == 8
+
+
+def test_latency_does_not_hold_the_comm_stream() -> None:
+    # wire time 1.5 ms, latency 1 ms: back-to-back sends queue on the wire, not on the latency.
+    prof = hetero_profile([(1, 1, 1), (1, 1, 1)], out_mib=64)
+    prof = prof.with_device(p2p_gbps=64 * 2**20 / 1e9 / 1.5 * 1000, p2p_latency_us=1000)
+    r = simulate(prof, build_plan(prof, "gpipe", 2, 2))
+    sends = sorted((s, e) for _, _, p, _, s, e in r.transfers if p.kind == "F")
+    assert sends[0] == (pytest.approx(1.0), pytest.approx(3.5))  # wire 1-2.5, +1 ms latency
+    assert sends[1] == (pytest.approx(2.5), pytest.approx(5.0))  # wire 2.5-4, +1 ms latency

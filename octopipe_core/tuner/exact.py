@@ -173,8 +173,8 @@ class _BnB:
                 at = end
             else:
                 ts = max(end, st["send"][d])
-                at = ts + c.send_ms[boundary]
-                st["send"][d] = at
+                st["send"][d] = ts + c.wire_ms[boundary]
+                at = st["send"][d] + c.latency_ms[boundary]
             st[key][pair] = at
             added.append((key, pair))
 

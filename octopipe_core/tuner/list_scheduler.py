@@ -133,7 +133,8 @@ def list_schedule(
     """
     S, D, M = len(placement), num_devices, microbatches
     f, b, w = costs.f_ms, costs.b_ms, costs.w_ms
-    act, stash, send = costs.activation_mib, costs.stash_mib, costs.send_ms
+    act, stash = costs.activation_mib, costs.stash_mib
+    wire, lat = costs.wire_ms, costs.latency_ms
     stages_of: list[list[int]] = [[] for _ in range(D)]
     for s, d in enumerate(placement):
         stages_of[d].append(s)
@@ -175,8 +176,8 @@ def list_schedule(
             at = end
         else:
             ts = end if end > send_free[src] else send_free[src]
-            at = ts + send[boundary]
-            send_free[src] = at
+            send_free[src] = ts + wire[boundary]
+            at = send_free[src] + lat[boundary]
         (f_arr if fwd else b_arr)[dst_stage][i] = at
         if dst != src:
             wake(dst, at)
