@@ -4,7 +4,6 @@ fault handling (killed / hung rank), and ``octopipe profile``."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -147,15 +146,6 @@ def test_octopipe_run_check_sample_plans(
         assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(d))
     # a user model factory and a hand-made irregular plan
     prof = load_sample("tiny-hybrid")
-    if importlib.util.find_spec("octopipe_core.tuner") is not None:  # another engineer's tuner
-        from octopipe_core.tuner import tune
-
-        tuned = tune(prof, devices=2, microbatches=4, time_budget_s=2).plan
-        save_plan(tuned, tmp_path / "tuned.json", prof)
-        out = tmp_path / "job-tuned"
-        assert main(["export", str(tmp_path / "tuned.json"), "--out", str(out)]) == 0
-        assert main(["run", str(out), "--check"]) == 0
-        assert "check: OK" in capsys.readouterr().out
     path = tmp_path / "hand.json"
     save_plan(irregular_plan(prof.num_layers, 4), path, prof)
     out = tmp_path / "job-hand"
@@ -271,3 +261,22 @@ def test_export_checks_the_model_factory(
     assert main(["export", str(plan), "--out", str(tmp_path / "c"), "--model", spec]) == 0
     cfg = json.loads((tmp_path / "c" / "executor_config.json").read_text())
     assert cfg["model"]["factory"] == spec
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sample", ["llama-3-8b", "nemotron-h-8b", "nemotron-h-56b",
+                                    "jamba-v0.1", "tiny-hybrid"])  # fmt: skip
+def test_tune_export_run_check_every_sample(
+    sample: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each sample's tuned plan, exported as a job, runs on gloo with exact gradients."""
+    plan_path = tmp_path / "tuned.json"
+    assert main(["tune", "--profile", sample, "--devices", "4", "--microbatches", "4",
+                 "--time-budget-s", "2", "--out", str(plan_path)]) == 0  # fmt: skip
+    out = tmp_path / "job"
+    assert main(["export", str(plan_path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(out), "--check", "--steps", "1", "--warmup", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "check: OK" in text and "max_abs_grad_diff" in text
