@@ -213,6 +213,25 @@ def test_plan_hand_edits_boundaries_devices_and_order() -> None:
     assert after[:2] == before[:2][::-1]
 
 
+def test_hand_edit_is_kept_when_the_schedule_changes() -> None:
+    at = start("plan")
+    ver = at.session_state["_edit_key"]
+    at.session_state[f"stages_{ver}"] = {
+        "edited_rows": {1: {"first layer": 8}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
+    at.run()
+    edited = at.session_state["_plan_js_shown"]
+    at.selectbox(key="_w_schedule").set_value("zbv").run()
+    ok(at)
+    assert any("hand-edited plan is kept" in i.value for i in at.info)
+    at.selectbox(key="_w_schedule").set_value("1f1b").run()
+    ok(at)
+    assert at.session_state["_plan_js_shown"] == edited
+    assert "hand-edited" in at.subheader[0].value
+
+
 def test_plan_move_stage_to_other_device() -> None:
     at = start("plan", devices="4", microbatches="8")
     ver = at.session_state["_edit_key"]

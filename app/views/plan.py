@@ -40,6 +40,14 @@ ref = None
 if edited:
     ref = state.cached_sim(prof, state.cached_peer(prof, s), s.memory_gib)["metrics"]
 st.subheader(f"{plan.name}" + (" (hand-edited; deltas against the peer plan)" if edited else ""))
+kept = ss.get("plan_edit")
+if kept and not edited:
+    k = kept["settings"]
+    st.info(
+        f"Your hand-edited plan is kept ({k.schedule}/{k.partition}, {k.devices} devices, "
+        f"{k.microbatches} micro-batches): set those again to see and edit it. A new hand edit "
+        "here replaces it; download it first to keep both."
+    )
 panels.metric_row(sim["metrics"], ref)
 c1, c2 = st.columns(2)
 max_bars = charts.DEFAULT_MAX_BARS
