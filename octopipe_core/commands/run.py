@@ -155,7 +155,7 @@ def check(cfg: dict[str, object], out: Path, res: dict[str, object]) -> int:
     st = ModelSettings.from_dict(cfg["model"])  # type: ignore[arg-type]
     m = int(cfg["plan"]["num_microbatches"])  # type: ignore[index]
     ref_loss, ref_grads = reference_run([lt.family for lt in prof.layer_costs()], st, m)
-    grads = torch.load(out / "grads.pt")
+    grads = torch.load(out / "grads.pt", weights_only=True)
     diff, missing = compare_grads(grads, ref_grads)
     loss = res["losses"][0]  # type: ignore[index]
     tol = {"float64": 1e-9, "float32": 1e-4}.get(st.dtype, 5e-2)

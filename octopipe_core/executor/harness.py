@@ -8,11 +8,9 @@ launch keeps distributed test suites fast.
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import tempfile
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +51,7 @@ def _worker(
         if rank == 0:
             results.append(res)
     if rank == 0:
-        Path(out).write_bytes(pickle.dumps(results))
+        torch.save(results, out)  # tensors and plain data only
     dist.barrier()
     dist.destroy_process_group()
 
@@ -67,11 +65,11 @@ def run_local(
 ) -> list[dict[str, Any]]:
     """Results (rank 0's merged dicts) of each config, run on ``world`` local gloo ranks."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "results.pkl")
+        out = os.path.join(tmp, "results.pt")
         mp.spawn(
             _worker,
             args=(world, free_port(), configs, out, steps, warmup, timeout_s),
             nprocs=world,
             join=True,
         )
-        return pickle.loads(Path(out).read_bytes())
+        return torch.load(out, weights_only=True)
