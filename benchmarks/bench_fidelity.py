@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from octopipe_core.commands.run import launch  # noqa: E402
 from octopipe_core.executor.export import export_job  # noqa: E402
 from octopipe_core.executor.plans import irregular_plan  # noqa: E402
-from octopipe_core.plan import Action, Plan, backward_kinds, producers  # noqa: E402
+from octopipe_core.plan import Action, Plan, asap_times  # noqa: E402
 from octopipe_core.profile import FORMAT, Profile, load_profile  # noqa: E402
 from octopipe_core.schedules import build_plan  # noqa: E402
 from octopipe_core.simulator import simulate  # noqa: E402
@@ -139,24 +139,8 @@ def per_op_replay_ms(plan: Plan, res: dict[str, Any], step: int, lat_ms: float) 
         Action(stage, kind, int(mb)): ms
         for _, stage, kind, mb, _, ms in compute_ops(res, [step], with_mb=True)
     }
-    bk = backward_kinds(plan)
-    end: dict[Action, float] = {}
-    pos = [0] * plan.num_devices
-    free = [0.0] * plan.num_devices
-    progress = True
-    while progress:
-        progress = False
-        for d, acts in enumerate(plan.schedule):
-            while pos[d] < len(acts):
-                a = acts[pos[d]]
-                ps = producers(a, plan.num_stages, bk)
-                if any(p not in end for p in ps):
-                    break
-                t = max([free[d], *(end[p] + lat_ms * (plan.placement[p.stage] != d) for p in ps)])
-                end[a] = free[d] = t + dur[a]
-                pos[d] += 1
-                progress = True
-    return max(end.values())
+    times, _ = asap_times(plan, lambda a: dur[a], hop_ms=lat_ms)
+    return max(e for _, e in times.values())
 
 
 def effective_durations(res: dict[str, Any], steps: list[int]) -> dict[tuple[int, str], float]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -302,29 +302,56 @@ def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") 
         )
 
 
-def find_order_cycle(
-    plan: Plan, bkind: dict[tuple[int, int], str] | None = None
-) -> list[Action] | None:
-    """Return a dependency cycle among actions (data edges + device order), or None."""
+def asap_times(
+    plan: Plan,
+    op_ms: Callable[[Action], float] = lambda a: 0.0,
+    hop_ms: float = 0.0,
+    bkind: dict[tuple[int, int], str] | None = None,
+) -> tuple[dict[Action, tuple[float, float]], list[int]]:
+    """Run every device's order as soon as possible: (start, end) of each action that could run,
+    and how far each device got (all the way unless the orders contain a cycle).
+
+    Each action lasts ``op_ms(action)``; a producer on another device adds ``hop_ms``. This is
+    the simple, readable replay (lowering, cycle detection, diagnostics); ``simulator.simulate``
+    is the fast one, with per-stage costs, comm streams and memory.
+
+    >>> plan = Plan(1, [(0, 1), (1, 2)], [0, 1], [parse_actions("0F0 0BW0"),
+    ...                                         parse_actions("1F0 1BW0")])
+    >>> asap_times(plan, lambda a: 1.0, hop_ms=0.5)[0][Action(0, "BW", 0)]
+    (4.0, 5.0)
+    """
     bkind = backward_kinds(plan) if bkind is None else bkind
     S = plan.num_stages
-    # Kahn-style progress over device orders; if stuck, walk back to find the cycle.
+    times: dict[Action, tuple[float, float]] = {}
     pos = [0] * plan.num_devices
-    done: set[Action] = set()
-    total = sum(len(a) for a in plan.schedule)
+    free = [0.0] * plan.num_devices
     progress = True
     while progress:
         progress = False
         for d, acts in enumerate(plan.schedule):
             while pos[d] < len(acts):
                 a = acts[pos[d]]
-                if all(p in done for p in producers(a, S, bkind)):
-                    done.add(a)
-                    pos[d] += 1
-                    progress = True
-                else:
+                ps = producers(a, S, bkind)
+                if any(p not in times for p in ps):
                     break
-    if len(done) == total:
+                t = max(
+                    [free[d], *(times[p][1] + hop_ms * (plan.placement[p.stage] != d) for p in ps)]
+                )
+                free[d] = t + op_ms(a)
+                times[a] = (t, free[d])
+                pos[d] += 1
+                progress = True
+    return times, pos
+
+
+def find_order_cycle(
+    plan: Plan, bkind: dict[tuple[int, int], str] | None = None
+) -> list[Action] | None:
+    """Return a dependency cycle among actions (data edges + device order), or None."""
+    bkind = backward_kinds(plan) if bkind is None else bkind
+    S = plan.num_stages
+    done, pos = asap_times(plan, bkind=bkind)
+    if len(done) == sum(len(a) for a in plan.schedule):
         return None
     # Stuck: every blocked head waits for something; follow "waits for" edges to a cycle.
     where = {a: (d, i) for d, acts in enumerate(plan.schedule) for i, a in enumerate(acts)}

@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
+from octopipe_core.plan import (
+    Action,
+    Plan,
+    asap_times,
+    backward_kinds,
+    find_order_cycle,
+    producers,
+)
 
 COMPUTE_KINDS = ("F", "B", "W", "BW")
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
@@ -147,25 +154,8 @@ def plan_messages(plan: Plan) -> dict[tuple[str, int, int], Message]:
 
 def unit_times(plan: Plan) -> dict[Action, tuple[float, float]]:
     """(start, end) of every action in an as-soon-as-possible run at unit costs (BW = 2)."""
-    bkind = backward_kinds(plan)
     dur = {"F": 1.0, "B": 1.0, "W": 1.0, "BW": 2.0}
-    times: dict[Action, tuple[float, float]] = {}
-    pos = [0] * plan.num_devices
-    free = [0.0] * plan.num_devices
-    progress = True
-    while progress:
-        progress = False
-        for d, acts in enumerate(plan.schedule):
-            while pos[d] < len(acts):
-                a = acts[pos[d]]
-                ps = producers(a, plan.num_stages, bkind)
-                if any(p not in times for p in ps):
-                    break
-                t = max([free[d], *(times[p][1] for p in ps)])
-                times[a] = (t, t + dur[a.kind])
-                free[d] = t + dur[a.kind]
-                pos[d] += 1
-                progress = True
+    times, _ = asap_times(plan, lambda a: dur[a.kind])
     if len(times) != sum(len(a) for a in plan.schedule):
         raise OctoPipeError("lowering: the plan's device orders contain a dependency cycle")
     return times
