@@ -32,8 +32,9 @@ import networkx as nx
 
 from octopipe_core.costs import stage_costs
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
+from octopipe_core.plan import Action, Plan, backward_kinds, producers
 from octopipe_core.profile import Profile
+from octopipe_core.simulator import memory_freed_mib
 
 
 def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
@@ -48,12 +49,7 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
             s, k = a.stage, a.kind
             dur = {"F": c.f_ms[s], "B": c.b_ms[s], "W": c.w_ms[s]}.get(k, c.b_ms[s] + c.w_ms[s])
             alloc = c.activation_mib[s] if k == "F" else 0.0
-            free = {
-                "F": 0.0,
-                "B": c.activation_mib[s] - c.stash_mib[s],
-                "W": c.stash_mib[s],
-                "BW": c.activation_mib[s],
-            }[k]
+            free = 0.0 if k == "F" else memory_freed_mib(c, a)
             node = ("compute", a)
             g.add_node(
                 node, kind="compute", op=k, device=d, stage=s, mb=a.mb, duration_ms=dur,
@@ -136,10 +132,3 @@ def critical_path(g: nx.DiGraph) -> list[Any]:
         node = max(preds, key=lambda p: times[p][1])
         path.append(node)
     return path[::-1]
-
-
-def check_acyclic(plan: Plan) -> None:
-    """Raise ``OctoPipeError`` naming a dependency cycle, if the plan has one."""
-    cyc = find_order_cycle(plan)
-    if cyc:
-        raise OctoPipeError(f"plan: cycle {' -> '.join(map(str, cyc))}")

@@ -108,8 +108,3 @@ def _even_split(prefix: list[float], k: int, cap: float) -> list[tuple[int, int]
         out.append((t, i))
         i = t
     return out[::-1]
-
-
-def stage_loads(weights: list[float], partition: list[tuple[int, int]]) -> list[float]:
-    """Sum of ``weights`` per stage."""
-    return [sum(weights[a:b]) for a, b in partition]

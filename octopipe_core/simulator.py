@@ -38,8 +38,6 @@ from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
 from octopipe_core.profile import Profile
 
-KIND_CODES = {"F": 0, "B": 1, "W": 2, "BW": 3}
-
 
 @dataclass
 class SimResult:
@@ -57,7 +55,6 @@ class SimResult:
     memory_cap_gib: float
     static_mib: list[float]
     peak_memory_gib: list[float]
-    _events: list[list[tuple[float, float]]] = field(default_factory=list, repr=False)
     _transfers: list[tuple[int, int, Action, Action, float, float]] | None = field(
         default=None, repr=False
     )
@@ -217,13 +214,27 @@ class SimResult:
             }
         )
 
+    def memory_events(self, device: int) -> list[tuple[float, float]]:
+        """``(time_ms, delta_mib)`` of ``device``'s activation memory, in time order: F
+        allocates at its start, B/W/BW free at their end (see ``memory_freed_mib``)."""
+        c = self.costs
+        lo = sum(len(acts) for acts in self.plan.schedule[:device])  # ops are in device order
+        hi = lo + len(self.plan.schedule[device])
+        return [
+            (self.start_ms[i], c.activation_mib[a.stage])
+            if a.kind == "F"
+            else (self.end_ms[i], -memory_freed_mib(c, a))
+            for i, (_, a) in enumerate(self.ops[lo:hi], start=lo)
+        ]
+
     def memory_curves(self) -> Any:
         """A pandas DataFrame of step curves: device, time_ms, memory_gib (static included)."""
         import numpy as np
         import pandas as pd
 
         parts = []
-        for d, events in enumerate(self._events):
+        for d in range(self.num_devices):
+            events = self.memory_events(d)
             t = np.fromiter((e[0] for e in events), float, len(events))
             delta = np.fromiter((e[1] for e in events), float, len(events))
             level = (self.static_mib[d] + np.concatenate(([0.0], np.cumsum(delta)))) / 1024
@@ -242,12 +253,16 @@ def simulate(
     memory_cap_gib: float | None = None,
     *,
     check: bool = True,
+    costs: StageCosts | None = None,
 ) -> SimResult:
     """Simulate ``plan`` on ``profile``; ``memory_cap_gib`` defaults to the device's memory.
 
-    Raises ``OctoPipeError`` if the device orders contradict the data dependencies.
+    ``costs`` may pass ``stage_costs(profile, plan.partition)`` when the caller already has it
+    (the tuner caches it per partition). Raises ``OctoPipeError`` if the device orders
+    contradict the data dependencies.
     """
-    costs = stage_costs(profile, plan.partition)
+    if costs is None:
+        costs = stage_costs(profile, plan.partition)
     cap = profile.device.memory_gib if memory_cap_gib is None else memory_cap_gib
     enabled = gc.isenabled()
     gc.disable()  # the traversal allocates many small objects and frees none of them
@@ -380,27 +395,22 @@ def _simulate(
             f"(cycle {path}); fix: move one of these actions later on its device"
         )
 
-    # Memory events per device: F allocates at its start; B/W/BW free at their end. A device
-    # runs its ops one after another, so walking its list visits the events in time order.
-    events: list[list[tuple[float, float]]] = [[] for _ in range(D)]
+    # Memory: F allocates at its start; B/W/BW free at their end (``memory_freed_mib``, inlined
+    # here). A device runs its ops one after another, so its list is in time order.
     static = [0.0] * D
     for s in range(S):
         static[placement[s]] += costs.weight_mib[s]
     peaks = []
     for d in range(D):
-        ev = events[d]
         level = peak = 0.0
         for i in range(base[d], base[d] + lens[d]):
             s, k = ops[i][1].stage, ops[i][1].kind
             if k == "F":
                 level += act[s]
-                ev.append((start[i], act[s]))
                 if level > peak:
                     peak = level
             else:
-                delta = act[s] - stash[s] if k == "B" else stash[s] if k == "W" else act[s]
-                level -= delta
-                ev.append((end[i], -delta))
+                level -= act[s] - stash[s] if k == "B" else stash[s] if k == "W" else act[s]
         peaks.append((static[d] + peak) / 1024.0)
     return SimResult(
         plan=plan,
@@ -413,8 +423,15 @@ def _simulate(
         memory_cap_gib=cap,
         static_mib=static,
         peak_memory_gib=peaks,
-        _events=events,
     )
+
+
+def memory_freed_mib(costs: StageCosts, a: Action) -> float:
+    """What a backward action frees at its end: B all but the W stash, W the stash, BW all."""
+    s = a.stage
+    if a.kind == "B":
+        return costs.activation_mib[s] - costs.stash_mib[s]
+    return costs.stash_mib[s] if a.kind == "W" else costs.activation_mib[s]
 
 
 def peak_inflight(result: SimResult, stage: int) -> int:

@@ -159,7 +159,7 @@ class Evaluator:
         plan = Plan(self.microbatches, list(partition), list(placement), order, "octopipe-tuned")
         self.evaluations += 1
         try:
-            r = simulate(self.profile, plan, self.cap_gib, check=False)
+            r = simulate(self.profile, plan, self.cap_gib, check=False, costs=self.costs(partition))
         except (OctoPipeError, KeyError):
             return None
         return Candidate(plan, r, origin, policy)

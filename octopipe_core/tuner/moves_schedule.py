@@ -237,7 +237,7 @@ def memory_repair_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> li
         acts = plan.schedule[d]
         # the F that starts at the activation peak
         level, peak, t_peak = r.static_mib[d], -1.0, 0.0
-        for t, delta in r._events[d]:
+        for t, delta in r.memory_events(d):
             level += delta
             if level > peak:
                 peak, t_peak = level, t
