@@ -159,3 +159,16 @@ def test_python_dash_m_entry_point() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["devices"] == 2
+
+
+def test_plan_without_embedded_profile_needs_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    prof = load_sample("tiny-hybrid")
+    path = tmp_path / "bare.json"
+    save_plan(build_plan(prof, "1f1b", 2, 4), path)  # no profile embedded
+    assert main(["simulate", "--plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "no embedded profile" in err and "--profile" in err
+    assert main(["simulate", "--plan", str(path), "--profile", "tiny-hybrid", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["devices"] == 2

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.plan import Plan, load_plan
 from octopipe_core.profile import Profile, list_samples, load_profile, load_sample
 
 
@@ -31,6 +33,19 @@ def resolve_profile(arg: str, memory_gib: float | None = None) -> Profile:
     if memory_gib is not None:
         prof = prof.with_device(memory_gib=memory_gib)
     return prof
+
+
+def plan_with_profile(plan_path: str, profile_arg: str | None) -> tuple[Plan, Profile]:
+    """A saved plan and its profile: the embedded one, else ``--profile``."""
+    plan, prof = load_plan(plan_path)
+    if prof is not None:
+        return plan, prof
+    if not profile_arg:
+        raise OctoPipeError(
+            f"{plan_path}: field 'profile': the plan has no embedded profile; "
+            "fix: pass --profile FILE"
+        )
+    return plan, resolve_profile(profile_arg)
 
 
 def print_json(obj: Any) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octopipe_core.commands.common import resolve_profile
+from octopipe_core.commands.common import plan_with_profile
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.plan import load_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,14 +92,7 @@ def check_factory(spec: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from octopipe_core.executor.export import export_job
 
-    plan, prof = load_plan(args.plan)
-    if prof is None:
-        if not args.profile:
-            raise OctoPipeError(
-                f"{args.plan}: field 'profile': the plan has no embedded profile; "
-                "fix: pass --profile FILE"
-            )
-        prof = resolve_profile(args.profile)
+    plan, prof = plan_with_profile(args.plan, args.profile)
     model, runtime = model_settings(args)
     out = export_job(plan, prof, args.out, force=args.force, model=model, runtime=runtime)
     print(

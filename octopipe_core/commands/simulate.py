@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octopipe_core.commands.common import print_json, resolve_profile, table
+from octopipe_core.commands.common import plan_with_profile, print_json, resolve_profile, table
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.plan import load_plan
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult, simulate
 
@@ -38,14 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.plan:
-        plan, prof = load_plan(args.plan)
-        if prof is None:
-            if not args.profile:
-                raise OctoPipeError(
-                    f"{args.plan}: field 'profile': the plan has no embedded profile; "
-                    "fix: pass --profile FILE"
-                )
-            prof = resolve_profile(args.profile)
+        plan, prof = plan_with_profile(args.plan, args.profile)
         cap = args.memory_gib if args.memory_gib is not None else plan.meta.get("memory_cap_gib")
         result = simulate(prof, plan, cap)
     else:
