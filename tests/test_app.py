@@ -41,6 +41,11 @@ def uploader(at: AppTest) -> object:
     return at.file_uploader(key=f"upload_{at.session_state['upload_ver']}")
 
 
+def edit_rows(at: AppTest, key: str, rows: dict[int, dict[str, object]]) -> None:
+    """Edit cells of the ``st.data_editor`` with ``key``, as a user would (applied on run)."""
+    at.session_state[key] = {"edited_rows": rows, "added_rows": [], "deleted_rows": []}
+
+
 def ok(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -105,11 +110,7 @@ def test_profile_upload_good_csv_and_edit_costs() -> None:
     prof = at.session_state["profile"]
     ver = at.session_state["profile_version"]
     before = prof.layer_types[1].forward_ms
-    at.session_state[f"types_{ver}"] = {
-        "edited_rows": {1: {"forward_ms": before * 2}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"types_{ver}", {1: {"forward_ms": before * 2}})
     at.run()
     ok(at)
     assert not at.error
@@ -122,11 +123,7 @@ def test_profile_upload_good_csv_and_edit_costs() -> None:
     assert uploader(at).value is None
     # an invalid edit (stash larger than the activation) is refused with a one-line error
     ver = at.session_state["profile_version"]
-    at.session_state[f"types_{ver}"] = {
-        "edited_rows": {1: {"w_stash_mib": 1e9}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"types_{ver}", {1: {"w_stash_mib": 1e9}})
     at.run()
     ok(at)
     assert len(at.error) == 1 and "w_stash_mib" in at.error[0].value
@@ -170,11 +167,7 @@ def test_plan_hand_edits_boundaries_devices_and_order() -> None:
     at = start("plan")
     ver = at.session_state["_edit_key"]
     # move the boundary between stages 0 and 1 one layer later
-    at.session_state[f"stages_{ver}"] = {
-        "edited_rows": {1: {"first layer": 8}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"stages_{ver}", {1: {"first layer": 8}})
     at.run()
     ok(at)
     assert not at.error
@@ -183,11 +176,7 @@ def test_plan_hand_edits_boundaries_devices_and_order() -> None:
     assert "hand-edited" in at.subheader[0].value
     # a bad boundary is refused with a message, the plan stays
     ver = at.session_state["_edit_key"]
-    at.session_state[f"stages_{ver}"] = {
-        "edited_rows": {2: {"first layer": 3}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"stages_{ver}", {2: {"first layer": 3}})
     at.run()
     ok(at)
     assert len(at.error) == 1 and "stage 1" in at.error[0].value
@@ -213,33 +202,10 @@ def test_plan_hand_edits_boundaries_devices_and_order() -> None:
     assert after[:2] == before[:2][::-1]
 
 
-def test_hand_edit_is_kept_when_the_schedule_changes() -> None:
-    at = start("plan")
-    ver = at.session_state["_edit_key"]
-    at.session_state[f"stages_{ver}"] = {
-        "edited_rows": {1: {"first layer": 8}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
-    at.run()
-    edited = at.session_state["_plan_js_shown"]
-    at.selectbox(key="_w_schedule").set_value("zbv").run()
-    ok(at)
-    assert any("hand-edited plan is kept" in i.value for i in at.info)
-    at.selectbox(key="_w_schedule").set_value("1f1b").run()
-    ok(at)
-    assert at.session_state["_plan_js_shown"] == edited
-    assert "hand-edited" in at.subheader[0].value
-
-
 def test_plan_move_stage_to_other_device() -> None:
     at = start("plan", devices="4", microbatches="8")
     ver = at.session_state["_edit_key"]
-    at.session_state[f"stages_{ver}"] = {
-        "edited_rows": {3: {"device": 2}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"stages_{ver}", {3: {"device": 2}})
     at.run()
     ok(at)
     assert not at.error
@@ -403,11 +369,7 @@ def test_plan_page_raster_toggle_and_memory_chart() -> None:
 def test_hand_edit_survives_memory_cap_change_not_schedule_change() -> None:
     at = start("plan")
     ver = at.session_state["_edit_key"]
-    at.session_state[f"stages_{ver}"] = {
-        "edited_rows": {1: {"first layer": 8}},
-        "added_rows": [],
-        "deleted_rows": [],
-    }
+    edit_rows(at, f"stages_{ver}", {1: {"first layer": 8}})
     at.run()
     assert json.loads(at.session_state["_plan_js_shown"])["name"].endswith("+edits")
     at.sidebar.number_input(key="_w_memory_gib").set_value(64.0).run()
@@ -416,3 +378,7 @@ def test_hand_edit_survives_memory_cap_change_not_schedule_change() -> None:
     at.selectbox(key="_w_schedule").set_value("gpipe").run()
     ok(at)
     assert json.loads(at.session_state["_plan_js_shown"])["name"] == "gpipe/uniform"
+    assert any("hand-edited plan is kept" in i.value for i in at.info)
+    at.selectbox(key="_w_schedule").set_value("1f1b").run()  # back: the edit is restored
+    ok(at)
+    assert json.loads(at.session_state["_plan_js_shown"])["name"].endswith("+edits")
