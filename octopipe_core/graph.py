@@ -31,6 +31,7 @@ from typing import Any
 import networkx as nx
 
 from octopipe_core.costs import stage_costs
+from octopipe_core.dp_sync import boundary_comm, device_buckets, device_weight_mib
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Action, Plan, backward_kinds, producers
 from octopipe_core.profile import Profile
@@ -40,6 +41,7 @@ from octopipe_core.simulator import memory_freed_mib
 def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
     """Build the DAG of compute, communication and memory events for ``plan``."""
     c = stage_costs(profile, plan.partition)
+    wire, lat = boundary_comm(profile, plan, c)
     S = plan.num_stages
     bkind = backward_kinds(plan)
     g = nx.DiGraph(profile=profile.name, plan=plan.name)
@@ -66,12 +68,12 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
                 recv = ("recv", a, cons)
                 size_stage = min(a.stage, cons.stage)
                 g.add_node(
-                    send, kind="send", device=d, duration_ms=c.wire_ms[size_stage],
+                    send, kind="send", device=d, duration_ms=wire[size_stage],
                     size_mib=c.output_mib[size_stage],
                 )  # fmt: skip
                 g.add_node(
                     recv, kind="recv", device=plan.placement[cons.stage],
-                    duration_ms=c.latency_ms[size_stage],
+                    duration_ms=lat[size_stage],
                 )  # fmt: skip
                 g.add_edge(("compute", a), send, dep="comm")
                 g.add_edge(send, recv, dep="comm")
@@ -86,7 +88,59 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
                     raise OctoPipeError(f"plan: action {p} (needed by {a}) is missing")
                 if plan.placement[p.stage] == d:
                     g.add_edge(("compute", p), ("compute", a), dep="data")
+    if profile.deployment is not None:
+        _add_tail(g, profile, plan, c)
     return g
+
+
+def _add_tail(g: nx.DiGraph, profile: Profile, plan: Plan, c: Any) -> None:
+    """Gradient reductions, optimizer steps and ZeRO-1 all-gathers (see ``dp_sync``).
+
+    A bucket is ready some time after its stage's last W/BW starts: a zero-length
+    ``("wstart", action)`` node shares that action's predecessors and a ``("ready", ...)``
+    node lasts the offset. Each device's DP stream is a chain of ``grad_sync`` nodes."""
+    dep = profile.deployment
+    lay = dep.layout
+    for d, items in enumerate(device_buckets(profile, plan)):
+        last = ("compute", plan.schedule[d][-1]) if plan.schedule[d] else None
+        prev = None
+        for k, (i, b) in enumerate(items if lay.dp > 1 else []):
+            a = plan.schedule[d][i]
+            ready = ("ready", d, b.stage, k)
+            if lay.overlap_grad_reduce:
+                ws = ("wstart", a)
+                if ws not in g:
+                    g.add_node(ws, kind="marker", device=d, duration_ms=0.0)
+                    for p in list(g.predecessors(("compute", a))):
+                        g.add_edge(p, ws, dep="marker")
+                g.add_node(ready, kind="marker", device=d, duration_ms=b.ready_offset_ms)
+                g.add_edge(ws, ready, dep="ready")
+            else:
+                g.add_node(ready, kind="marker", device=d, duration_ms=0.0)
+                g.add_edge(last, ready, dep="ready")
+            node = ("grad_sync", d, b.stage, k)
+            dur = dep.grad_sync_ms(d, b.grad_mib)
+            g.add_node(
+                node, kind="grad_sync", device=d, stage=b.stage, duration_ms=dur,
+                size_mib=b.grad_mib,
+            )  # fmt: skip
+            g.add_edge(ready, node, dep="ready")
+            if prev is not None:
+                g.add_edge(prev, node, dep="stream")
+            prev = node
+        opt = ("optimizer", d)
+        g.add_node(opt, kind="optimizer", device=d,
+                   duration_ms=dep.optimizer_ms(device_weight_mib(plan, c, d)))  # fmt: skip
+        for p in (prev, last):
+            if p is not None:
+                g.add_edge(p, opt, dep="stream")
+        prev = opt
+        for k, (_, b) in enumerate(items if lay.zero1 and lay.dp > 1 else []):
+            node = ("param_gather", d, b.stage, k)
+            g.add_node(node, kind="param_gather", device=d, stage=b.stage,
+                       duration_ms=dep.param_gather_ms(d, b.param_mib))  # fmt: skip
+            g.add_edge(prev, node, dep="stream")
+            prev = node
 
 
 def _remote_consumers(a: Action, plan: Plan, S: int, bkind: dict[tuple[int, int], str]) -> list:

@@ -74,6 +74,9 @@ class Plan:
     schedule: list[list[Action]]
     name: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    # The cluster and TP x PP x DP layout read from a plan file (a ``layout.Deployment``);
+    # simulations use the profile's ``deployment``, which ``load_plan`` sets from this.
+    deployment: Any = None
 
     @property
     def num_stages(self) -> int:
@@ -94,6 +97,7 @@ class Plan:
             [list(a) for a in self.schedule],
             self.name,
             dict(self.meta),
+            self.deployment,
         )
 
     def to_dict(self, profile: Any | None = None) -> dict[str, Any]:
@@ -108,6 +112,9 @@ class Plan:
         }
         if self.meta:
             d["meta"] = self.meta
+        dep = getattr(profile, "deployment", None) or self.deployment
+        if dep is not None:
+            d |= dep.to_dict()  # "cluster" and "layout"
         if profile is not None:
             d["profile"] = profile.to_dict()
         return d
@@ -178,7 +185,14 @@ def plan_from_dict(data: Any, src: str = "<plan>") -> Plan:
             src, "num_devices", f"{nd} but schedule has {len(schedule)} rows", "make them equal"
         )
     meta = data.get("meta", {})
-    return Plan(m, partition, list(place), schedule, str(data.get("name", "")), dict(meta))
+    if not isinstance(meta, dict):
+        raise input_error(src, "meta", f"got {type(meta).__name__}", "write an object or drop it")
+    dep = None
+    if "cluster" in data or "layout" in data:
+        from octopipe_core.layout import deployment_from_dict
+
+        dep = deployment_from_dict(data, src)
+    return Plan(m, partition, list(place), schedule, str(data.get("name", "")), dict(meta), dep)
 
 
 def save_plan(plan: Plan, path: str | Path, profile: Any | None = None) -> None:
@@ -201,6 +215,10 @@ def load_plan(path: str | Path) -> tuple[Plan, Any | None]:
     prof = Profile.from_dict(data["profile"], f"{p}#profile") if "profile" in data else None
     if prof is not None:
         validate_plan(plan, prof.num_layers, src=str(p))
+        if plan.deployment is not None:
+            plan.deployment.check(plan.num_devices, prof.device.gpus, f"{p}#layout")
+            prof = prof.with_device(memory_gib=plan.deployment.cluster.gpu_memory_gib)
+            prof = prof.with_deployment(plan.deployment)
     return plan, prof
 
 

@@ -23,7 +23,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,9 @@ class Profile:
     layer_types: tuple[LayerType, ...]
     layers: tuple[str, ...]
     source: str = ""
+    # Where the pipeline runs (cluster links, TP x PP x DP layout); None: one pipeline on the
+    # flat network of ``device``. Not part of the profile file; plan files store it.
+    deployment: Any = None
 
     @property
     def num_layers(self) -> int:
@@ -133,11 +136,11 @@ class Profile:
 
     def with_device(self, **changes: float | str) -> Profile:
         """A copy with some device fields changed (e.g. ``memory_gib=40``)."""
-        d = self.device.__dict__ | changes
-        return Profile(
-            self.name, self.tokens_per_microbatch, DeviceSpec(**d), self.layer_types, self.layers,
-            self.source,
-        )  # fmt: skip
+        return replace(self, device=replace(self.device, **changes))
+
+    def with_deployment(self, deployment: Any) -> Profile:
+        """A copy that simulates on ``deployment`` (a ``layout.Deployment``, or None)."""
+        return replace(self, deployment=deployment)
 
     def to_dict(self) -> dict[str, Any]:
         return {

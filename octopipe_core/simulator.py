@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from octopipe_core.costs import StageCosts, stage_costs
+from octopipe_core.dp_sync import TailOp, boundary_comm, tail_ops
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Action, Plan, backward_kinds, find_order_cycle, producers
 from octopipe_core.profile import Profile
@@ -58,6 +59,8 @@ class SimResult:
     _transfers: list[tuple[int, int, Action, Action, float, float]] | None = field(
         default=None, repr=False
     )
+    # with a deployment: gradient reductions, optimizer steps, parameter all-gathers
+    tail: list[TailOp] = field(default_factory=list)
 
     @property
     def transfers(self) -> list[tuple[int, int, Action, Action, float, float]]:
@@ -77,9 +80,28 @@ class SimResult:
 
     @property
     def step_time_ms(self) -> float:
+        """First operation to last, the cluster tail (reductions, optimizer) included."""
         if not self.end_ms:
             return 0.0
-        return max(self.end_ms) - min(self.start_ms)
+        end = max(self.end_ms)
+        if self.tail:
+            end = max(end, max(t.end_ms for t in self.tail))
+        return end - min(self.start_ms)
+
+    @property
+    def compute_end_ms(self) -> float:
+        """End of the last compute action (the step without its cluster tail)."""
+        return max(self.end_ms, default=0.0) - min(self.start_ms, default=0.0)
+
+    @property
+    def exposed_tail_ms(self) -> float:
+        """Time the step runs after its last compute action (reductions and optimizer)."""
+        return self.step_time_ms - self.compute_end_ms
+
+    @property
+    def grad_sync_ms(self) -> float:
+        """Total data-parallel reduction time over all devices' DP streams."""
+        return sum(t.end_ms - t.start_ms for t in self.tail if t.kind == "grad_sync")
 
     def busy_ms(self) -> list[float]:
         busy = [0.0] * self.num_devices
@@ -173,6 +195,28 @@ class SimResult:
             "max_device_span_ms": round(max(self.device_spans_ms(), default=0.0), 6),
             "partition": [list(r) for r in self.plan.partition],
             "placement": list(self.plan.placement),
+            **self._cluster_metrics(),
+        }
+
+    def _cluster_metrics(self) -> dict[str, Any]:
+        dep = self.profile.deployment
+        if dep is None:
+            return {}
+        pl = self.plan.placement
+        crossing = sum(
+            1
+            for b in range(self.plan.num_stages - 1)
+            if pl[b] != pl[b + 1] and dep.crosses_nodes(pl[b], pl[b + 1])
+        )
+        return {
+            "cluster": dep.cluster.name,
+            "layout": dep.layout.to_dict(),
+            "gpus": dep.layout.gpus,
+            "global_batch_samples": dep.layout.dp * self.plan.num_microbatches,
+            "inter_node_boundaries": crossing,
+            "compute_end_ms": round(self.compute_end_ms, 6),
+            "exposed_tail_ms": round(self.exposed_tail_ms, 6),
+            "grad_sync_ms": round(self.grad_sync_ms, 6),
         }
 
     # ---- tables ---------------------------------------------------------------------------
@@ -201,6 +245,21 @@ class SimResult:
             start += xs
             end += xe
             stream += ["comm"] * len(src)
+            dep = self.profile.deployment
+            if dep is not None:
+                for k in range(len(src)):
+                    a, b = dev[-len(src) + k], self.ops[dst[k]][0]
+                    if dep.crosses_nodes(a, b):
+                        layers[-len(src) + k] += " (inter-node)"
+            for t in self.tail:
+                dev.append(t.device)
+                kind.append(t.kind)
+                stage.append(t.stage)
+                mb.append(-1)
+                layers.append("all stages" if t.stage < 0 else f"stage {t.stage}")
+                start.append(t.start_ms)
+                end.append(t.end_ms)
+                stream.append("compute" if t.kind == "optimizer" else "dp")
         return pd.DataFrame(
             {
                 "device": dev,
@@ -263,6 +322,8 @@ def simulate(
     """
     if costs is None:
         costs = stage_costs(profile, plan.partition)
+    if profile.deployment is not None:
+        profile.deployment.check(plan.num_devices, profile.device.gpus)
     cap = profile.device.memory_gib if memory_cap_gib is None else memory_cap_gib
     enabled = gc.isenabled()
     gc.disable()  # the traversal allocates many small objects and frees none of them
@@ -281,7 +342,7 @@ def _simulate(
     placement = plan.placement
     fms, bms, wms = costs.f_ms, costs.b_ms, costs.w_ms
     act, stash = costs.activation_mib, costs.stash_mib
-    wire, lat = costs.wire_ms, costs.latency_ms
+    wire, lat = boundary_comm(profile, plan, costs)
 
     # Flatten: one id per action. Every action has at most one data producer (F(s) <- F(s-1),
     # B(s) <- B(s+1) or F on the last stage, W(s) <- B(s)), so the DAG is stored as arrays.
@@ -398,8 +459,11 @@ def _simulate(
     # Memory: F allocates at its start; B/W/BW free at their end (``memory_freed_mib``, inlined
     # here). A device runs its ops one after another, so its list is in time order.
     static = [0.0] * D
+    dep = profile.deployment
     for s in range(S):
-        static[placement[s]] += costs.weight_mib[s]
+        static[placement[s]] += (
+            costs.weight_mib[s] if dep is None else dep.static_mib(costs.weight_mib[s])
+        )
     peaks = []
     for d in range(D):
         level = peak = 0.0
@@ -423,7 +487,11 @@ def _simulate(
         memory_cap_gib=cap,
         static_mib=static,
         peak_memory_gib=peaks,
-    )
+        tail=tail_ops(
+            profile, plan, costs, lambda d, i: start[base[d] + i],
+            [end[base[d] + lens[d] - 1] if lens[d] else 0.0 for d in range(D)],
+        ) if dep is not None else [],
+    )  # fmt: skip
 
 
 def memory_freed_mib(costs: StageCosts, a: Action) -> float:
