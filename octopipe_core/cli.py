@@ -13,7 +13,9 @@ import sys
 
 from octopipe_core.errors import OctoPipeError
 
-COMMAND_MODULES = ("simulate", "baselines", "export", "run", "profile", "tune")
+COMMAND_MODULES = (
+    "simulate", "baselines", "export", "run", "profile", "tune", "plan-cluster",
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
-        importlib.import_module(f"octopipe_core.commands.{name}").register(sub)
+        importlib.import_module(f"octopipe_core.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

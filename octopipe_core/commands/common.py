@@ -40,6 +40,11 @@ def plan_with_profile(plan_path: str, profile_arg: str | None) -> tuple[Plan, Pr
     plan, prof = load_plan(plan_path)
     if prof is not None:
         return plan, prof
+    if plan.deployment is not None and profile_arg:
+        p = resolve_profile(profile_arg)
+        plan.deployment.check(plan.num_devices, p.device.gpus, f"{plan_path}#layout")
+        p = p.with_device(memory_gib=plan.deployment.cluster.gpu_memory_gib)
+        return plan, p.with_deployment(plan.deployment)
     if not profile_arg:
         raise OctoPipeError(
             f"{plan_path}: field 'profile': the plan has no embedded profile; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
 from octopipe_core.commands.common import plan_with_profile, print_json, resolve_profile, table
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
@@ -32,12 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show-schedule", action="store_true", help="print the per-device orders")
+    add_cluster_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.plan:
         plan, prof = plan_with_profile(args.plan, args.profile)
+        if args.cluster is not None:  # re-deploy the plan on another cluster / layout
+            prof = apply_cluster(prof.with_deployment(None), args, plan.num_devices)
         cap = args.memory_gib if args.memory_gib is not None else plan.meta.get("memory_cap_gib")
         result = simulate(prof, plan, cap)
     else:
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             raise OctoPipeError(
                 "simulate: field '--profile': missing; fix: pass --profile FILE or --plan PLAN.json"
             )
-        prof = resolve_profile(args.profile)
+        prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
         plan = build_plan(
             prof, args.schedule, args.devices, args.microbatches, args.chunks, args.partition
         )
@@ -77,5 +81,14 @@ def report(r: SimResult) -> str:
         ["memory_cap_gib", m["memory_cap_gib"]],
         ["fits_memory", m["fits_memory"]],
     ]
+    if "cluster" in m:
+        lay = r.profile.deployment.layout
+        rows += [
+            ["cluster / layout", f"{m['cluster']} / {lay.label()} ({lay.order})"],
+            ["gpus", m["gpus"]],
+            ["inter_node_boundaries", m["inter_node_boundaries"]],
+            ["grad_sync_ms (sum over DP streams)", m["grad_sync_ms"]],
+            ["exposed_tail_ms (after the last compute)", m["exposed_tail_ms"]],
+        ]
     mem = table([[d, g] for d, g in enumerate(m["peak_memory_gib"])], ["device", "peak_memory_gib"])
     return f"{head}\n{table(rows, ['metric', 'value'])}\n\n{mem}"

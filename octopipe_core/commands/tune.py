@@ -11,7 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
 from octopipe_core.commands.common import add_profile_arg, print_json, resolve_profile, table
+from octopipe_core.dp_order import order_w_for_dp
 from octopipe_core.plan import save_plan
 from octopipe_core.tuner import TuneProgress, TuneResult, tune
 
@@ -36,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--out", default=None, metavar="PLAN.json", help="save the tuned plan here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_cluster_args(p)
     p.set_defaults(func=run)
 
 
@@ -51,7 +54,7 @@ def _progress(e: TuneProgress) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    prof = resolve_profile(args.profile)
+    prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
     res = tune(
         prof,
         args.devices,
@@ -61,6 +64,15 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=_progress,
     )
+    if prof.deployment is not None and prof.deployment.layout.dp > 1:
+        pol = order_w_for_dp(prof, res.plan, args.memory_gib)  # W order for the DP reductions
+        if pol.moves:
+            print(
+                f"[tune] W order for DP reductions: {len(pol.moves)} moves, "
+                f"{pol.start_step_time_ms:.2f} -> {pol.step_time_ms:.2f} ms",
+                file=sys.stderr,
+            )
+            res.plan, res.result = pol.plan, pol.result
     out = None
     if args.out:
         save_plan(res.plan, args.out, prof)
