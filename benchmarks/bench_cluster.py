@@ -237,9 +237,10 @@ def main() -> None:
 
 Command: `{cmd}` ({time.time() - t0:.0f} s on 2 cores, load average {load:.1f} at the end:
 other jobs shared the cores, so wall times are upper bounds). All step times are simulated on
-the analytic sample profiles and the bundled cluster samples (H800, 200 GB/s NVLink, 400 Gb/s = 50 GB/s per GPU), with Megatron's
-rank order unless the order column says otherwise, per-stage gradient buckets, overlapped
-reductions, an Adam optimizer step and (where marked) ZeRO-1.
+the analytic sample profiles and the bundled cluster samples (H800, 200 GB/s NVLink,
+400 Gb/s = 50 GB/s per GPU), with Megatron's rank order unless the order column says
+otherwise, per-stage gradient buckets, overlapped reductions, an Adam optimizer step and (where
+marked) ZeRO-1.
 
 ## 1. One simulation of an 8,192-GPU layout (goal: under 2 s)
 
