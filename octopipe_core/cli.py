@@ -2,13 +2,16 @@
 
 Each sub-command lives in ``octopipe_core/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a handler returning an
-exit code. User errors (``OctoPipeError``) print as one line on stderr, exit code 2.
+exit code. User errors (``OctoPipeError``) print as one line on stderr, exit code 2. When the
+reader of stdout goes away (``octopipe baselines ... | head``), the command stops quietly with
+exit code 141 (128 + SIGPIPE, as a shell tool killed by the signal would), no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from octopipe_core.errors import OctoPipeError
@@ -31,6 +34,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+    except BrokenPipeError:
+        # Nothing more can reach the reader; point stdout at /dev/null so that the flush at
+        # exit does not print "Exception ignored ... BrokenPipeError" either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -282,13 +281,10 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 def _samples_dir() -> Any:
-    try:  # installed wheel: the samples are package data
-        d = resources.files("octopipe_core").joinpath("samples", "clusters")
-        if d.is_dir():
-            return d
-    except (ModuleNotFoundError, FileNotFoundError):  # pragma: no cover
-        pass
-    return Path(__file__).resolve().parent.parent / "sample_profiles" / "clusters"
+    """``sample_profiles/clusters`` (package data in a wheel, the checkout's folder otherwise)."""
+    from octopipe_core.profile import sample_profiles_dir
+
+    return sample_profiles_dir() / "clusters"
 
 
 def list_cluster_samples() -> list[str]:

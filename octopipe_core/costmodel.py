@@ -32,7 +32,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-FORMAT = "octopipe.profile/v1"
+from octopipe_core.profile import FORMAT, Profile, profile_to_csv
+
 MIB = 2**20
 # Layer type name -> profile family. Composite (Jamba) types hold a mixer plus an FFN.
 LAYER_FAMILIES: dict[str, str] = {
@@ -361,25 +362,6 @@ def derive_profile(cfg: ModelConfig, gpu: GPUSpec | None = None) -> dict[str, An
     }
 
 
-def to_csv(profile: dict[str, Any]) -> str:
-    """The CSV form of a profile dict: ``# key: value`` lines, a header, one row per layer.
-
-    >>> to_csv(derive_profile(PRESETS["tiny-hybrid"])).splitlines()[7].split(",")[:3]
-    ['layer', 'type', 'family']
-    """
-    d = profile["device"]
-    head = [("format", FORMAT), ("name", profile["name"]),
-            ("tokens_per_microbatch", profile["tokens_per_microbatch"]), ("device", d["name"]),
-            *((k, d[k]) for k in ("memory_gib", "p2p_gbps", "p2p_latency_us"))]  # fmt: skip
-    cols = list(profile["layer_types"][profile["layers"][0]])[1:]
-    lines = [f"# {k}: {v}" for k, v in head]
-    lines.append(",".join(["layer", "type", "family", *cols]))
-    for i, t in enumerate(profile["layers"]):
-        lt = profile["layer_types"][t]
-        lines.append(",".join([str(i), t, lt["family"], *(repr(lt[c]) for c in cols)]))
-    return "\n".join(lines) + "\n"
-
-
 def _nemotron(name: str, repeats: int, **kw: Any) -> ModelConfig:
     pattern = "M-M-M-M" + "*-M-M-M-M-M" * repeats + "-"
     sym = {"M": "mamba2", "*": "attention", "-": "mlp"}
@@ -442,7 +424,10 @@ def load_config(path: str | Path) -> ModelConfig:
 
 
 def _dump(profile: dict[str, Any], out: str | None) -> None:
-    text = to_csv(profile) if out and out.endswith(".csv") else json.dumps(profile, indent=2) + "\n"
+    if out and out.endswith(".csv"):  # the profile module's writer: every device field kept
+        text = profile_to_csv(Profile.from_dict(profile, out))
+    else:
+        text = json.dumps(profile, indent=2) + "\n"
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text, encoding="utf-8")

@@ -23,11 +23,19 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from octopipe_core.errors import OctoPipeError, input_error
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 FORMAT = "octopipe.profile/v1"
 FAMILIES = ("embedding", "attention", "mamba", "moe", "mlp", "transformer_block", "lm_head")
@@ -347,6 +355,7 @@ _CSV_META = {
     "p2p_gbps": float,
     "p2p_latency_us": float,
     "gpus": int,
+    "source": str,
 }
 CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, "w_stash_mib")
 
@@ -434,12 +443,18 @@ def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
         "device": device,
         "layer_types": layer_types,
         "layers": layers,
+        **({"source": meta["source"]} if "source" in meta else {}),
     }
     return _parse_profile(data, src)
 
 
 def profile_to_csv(profile: Profile) -> str:
-    """Write a profile in its CSV form (the inverse of ``parse_profile_csv``)."""
+    """Write a profile in its CSV form (the inverse of ``parse_profile_csv``; the one CSV writer).
+
+    >>> p = Profile.from_dict(example_profile_dict()).with_device(gpus=8)
+    >>> parse_profile_csv(profile_to_csv(p)) == p
+    True
+    """
     out = io.StringIO()
     d = profile.device
     out.write(f"# format: {FORMAT}\n# name: {profile.name}\n")
@@ -448,6 +463,8 @@ def profile_to_csv(profile: Profile) -> str:
     out.write(f"# p2p_latency_us: {d.p2p_latency_us}\n")
     if d.gpus != 1:
         out.write(f"# gpus: {d.gpus}\n")
+    if profile.source and "\n" not in profile.source:
+        out.write(f"# source: {profile.source}\n")
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for i, lt in enumerate(profile.layer_costs()):
@@ -490,23 +507,48 @@ def load_profile(path: str | Path) -> Profile:
     return parse_profile_bytes(p.read_bytes(), str(p))
 
 
-def sample_profiles_dir() -> Path:
-    """The repository's ``sample_profiles/`` folder."""
+def sample_profiles_dir() -> Traversable:
+    """The bundled ``sample_profiles/`` folder (JSON/CSV profiles, README, ``clusters/``).
+
+    An installed wheel ships it as package data, ``octopipe_core/sample_profiles``, read with
+    ``importlib.resources``; in a checkout (or an editable install) it is the repository's
+    top-level ``sample_profiles/``.
+
+    >>> (sample_profiles_dir() / "README.md").is_file()
+    True
+    """
+    packaged = resources.files("octopipe_core") / "sample_profiles"
+    if packaged.is_dir():
+        return packaged
     return Path(__file__).resolve().parent.parent / "sample_profiles"
 
 
+def _sample_files() -> dict[str, Traversable]:
+    """Bundled profiles by name: the top level's ``*.json`` then ``*.csv`` (JSON wins a tie)."""
+    files = [f for f in sample_profiles_dir().iterdir() if f.is_file()]
+    out: dict[str, Traversable] = {}
+    for ext in (".json", ".csv"):
+        for f in sorted(files, key=lambda f: f.name):
+            stem = f.name[: -len(ext)]
+            if f.name.endswith(ext) and stem not in out:
+                out[stem] = f
+    return out
+
+
 def list_samples() -> list[str]:
-    """Names of the bundled sample profiles (file stems)."""
-    d = sample_profiles_dir()
-    return sorted(p.stem for p in d.glob("*.json")) + sorted(p.stem for p in d.glob("*.csv"))
+    """Names of the bundled sample profiles (file stems).
+
+    >>> "nemotron-h-8b" in list_samples()
+    True
+    """
+    return list(_sample_files())
 
 
 def load_sample(name: str) -> Profile:
     """Load a bundled sample by name (e.g. ``"nemotron-h-8b"``)."""
-    d = sample_profiles_dir()
-    for ext in (".json", ".csv"):
-        if (d / f"{name}{ext}").is_file():
-            return load_profile(d / f"{name}{ext}")
-    raise OctoPipeError(
-        f"sample '{name}': not found; fix: use one of {', '.join(list_samples()) or '(none)'}"
-    )
+    f = _sample_files().get(name)
+    if f is None:
+        raise OctoPipeError(
+            f"sample '{name}': not found; fix: use one of {', '.join(list_samples()) or '(none)'}"
+        )
+    return parse_profile_bytes(f.read_bytes(), f"sample_profiles/{f.name}")

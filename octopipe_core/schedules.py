@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from octopipe_core.costs import layer_times_ms
 from octopipe_core.errors import OctoPipeError
@@ -35,7 +37,6 @@ from octopipe_core.plan import Action, Plan, find_order_cycle
 from octopipe_core.profile import Profile
 
 Order = list[list[Action]]
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
 PARTITIONS = ("uniform", "balanced")
 
 
@@ -274,13 +275,83 @@ class _DualPipeVRank:
 
 
 # --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PeerSchedule:
+    """One peer schedule: its name, label, description, stage layout and order generator.
+
+    ``layout`` is ``"linear"`` (stage ``s`` on device ``s``), ``"loop"`` (``chunks`` stages per
+    device, stage ``s`` on device ``s % devices``) or ``"v"`` (two stages per device in a V).
+    ``order(devices, microbatches, chunks)`` returns the per-device orders.
+
+    >>> PEERS["zbv"].num_stages(4, None), PEERS["zbv"].placement(2, None)
+    (8, [0, 1, 1, 0])
+    """
+
+    name: str
+    label: str
+    description: str
+    layout: str
+    order: Callable[[int, int, int], Order]
+
+    def num_stages(self, devices: int, chunks: int | None) -> int:
+        """Stages this schedule uses on ``devices`` devices (``chunks`` for a loop layout)."""
+        if self.layout == "loop":
+            return devices * (chunks or 2)
+        return 2 * devices if self.layout == "v" else devices
+
+    def placement(self, devices: int, chunks: int | None) -> list[int]:
+        """The device of each stage."""
+        if self.layout == "loop":
+            return loop_placement(devices, chunks or 2)
+        return v_placement(devices) if self.layout == "v" else list(range(devices))
+
+
+def _interleaved(p: int, m: int, v: int) -> Order:
+    if v < 1:
+        raise OctoPipeError(f"--chunks {v}: must be >= 1; fix: use 2 or more")
+    return interleaved_order(p, m, v)
+
+
+# The one table of peer schedules: the CLI's choices, the dashboard's list and the tuner's peers.
+PEERS: dict[str, PeerSchedule] = {
+    s.name: s
+    for s in (
+        PeerSchedule("gpipe", "GPipe", "all forwards, then all fused backwards", "linear",
+                     lambda p, m, v: gpipe_order(p, m)),
+        PeerSchedule("1f1b", "1F1B (Megatron)", "p-s-1 warm-up forwards, then one F / one BW",
+                     "linear", lambda p, m, v: one_f_one_b_order(p, m)),
+        PeerSchedule("interleaved", "Interleaved 1F1B (Megatron)",
+                     "v chunks per device in loop placement, groups of p micro-batches", "loop",
+                     _interleaved),
+        PeerSchedule("zb-h1", "ZB-H1 (zero bubble)",
+                     "1F1B's warm-up, B and W split, W fills the bubbles", "linear",
+                     lambda p, m, v: zb_h1_order(p, m)),
+        PeerSchedule("zb-h2", "ZB-H2 (zero bubble)",
+                     "longer warm-up fills the start-up bubble (more memory)", "linear",
+                     lambda p, m, v: zb_h2_order(p, m)),
+        PeerSchedule("zbv", "ZB-V (zero bubble, V placement)",
+                     "two half-size chunks per device in a V, 1F1B's activation memory", "v",
+                     lambda p, m, v: zbv_order(p, m)),
+        PeerSchedule("dualpipev", "DualPipeV (DeepSeek)",
+                     "V placement, eight phases, W deferred in the zero-bubble phases", "v",
+                     lambda p, m, v: dualpipev_order(p, m)),
+    )
+}  # fmt: skip
+SCHEDULES = tuple(PEERS)
+
+
+def peer(schedule: str) -> PeerSchedule:
+    """The registry entry of ``schedule``, or a one-line error listing the known ones."""
+    if schedule not in PEERS:
+        raise OctoPipeError(
+            f"schedule {schedule!r}: unknown; fix: use one of {', '.join(SCHEDULES)}"
+        )
+    return PEERS[schedule]
+
+
 def stage_count(schedule: str, devices: int, chunks: int | None) -> int:
     """Number of stages a schedule uses on ``devices`` devices."""
-    if schedule == "interleaved":
-        return devices * (chunks or 2)
-    if schedule in ("zbv", "dualpipev"):
-        return 2 * devices
-    return devices
+    return peer(schedule).num_stages(devices, chunks)
 
 
 def make_partition(profile: Profile, num_stages: int, kind: str) -> list[tuple[int, int]]:
@@ -294,25 +365,7 @@ def make_partition(profile: Profile, num_stages: int, kind: str) -> list[tuple[i
 
 def schedule_order(schedule: str, devices: int, microbatches: int, chunks: int | None) -> Order:
     """The device orders of a peer schedule (cost-independent)."""
-    p, m = devices, microbatches
-    if schedule == "gpipe":
-        return gpipe_order(p, m)
-    if schedule == "1f1b":
-        return one_f_one_b_order(p, m)
-    if schedule == "interleaved":
-        v = chunks or 2
-        if v < 1:
-            raise OctoPipeError(f"--chunks {v}: must be >= 1; fix: use 2 or more")
-        return interleaved_order(p, m, v)
-    if schedule == "zb-h1":
-        return zb_h1_order(p, m)
-    if schedule == "zb-h2":
-        return zb_h2_order(p, m)
-    if schedule == "zbv":
-        return zbv_order(p, m)
-    if schedule == "dualpipev":
-        return dualpipev_order(p, m)
-    raise OctoPipeError(f"schedule {schedule!r}: unknown; fix: use one of {', '.join(SCHEDULES)}")
+    return peer(schedule).order(devices, microbatches, chunks or 2)
 
 
 def build_plan(
@@ -328,23 +381,18 @@ def build_plan(
         raise OctoPipeError(f"--devices {devices}: must be >= 1; fix: use 1 or more")
     if microbatches < 1:
         raise OctoPipeError(f"--microbatches {microbatches}: must be >= 1; fix: use 1 or more")
-    n_stages = stage_count(schedule, devices, chunks)
-    if schedule in SCHEDULES and profile.num_layers < n_stages:
+    spec = peer(schedule)
+    n_stages = spec.num_stages(devices, chunks)
+    if profile.num_layers < n_stages:
         raise OctoPipeError(
             f"schedule {schedule}: needs {n_stages} stages but {profile.name} has "
             f"{profile.num_layers} layers; fix: use fewer devices"
-            + (" or chunks" if schedule == "interleaved" else "")
+            + (" or chunks" if spec.layout == "loop" else "")
         )
-    order = schedule_order(schedule, devices, microbatches, chunks)
+    order = spec.order(devices, microbatches, chunks or 2)
     part = make_partition(profile, n_stages, partition)
-    if schedule == "interleaved":
-        placement = loop_placement(devices, chunks or 2)
-    elif schedule in ("zbv", "dualpipev"):
-        placement = v_placement(devices)
-    else:
-        placement = list(range(devices))
-    name = f"{schedule}/{partition}"
-    meta = {"schedule": schedule, "partition": partition}
-    if schedule == "interleaved":
+    meta: dict[str, Any] = {"schedule": schedule, "partition": partition}
+    if spec.layout == "loop":
         meta["chunks"] = chunks or 2
-    return Plan(microbatches, part, placement, order, name, meta)
+    placement = spec.placement(devices, chunks)
+    return Plan(microbatches, part, placement, order, f"{schedule}/{partition}", meta)

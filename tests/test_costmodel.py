@@ -20,8 +20,8 @@ from octopipe_core.costmodel import (
     layer_params,
     main,
     model_params,
-    to_csv,
 )
+from octopipe_core.profile import Profile, profile_to_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_profiles"
@@ -187,7 +187,8 @@ def test_efficiency_changes_times() -> None:
 def test_sample_files_are_reproducible(name: str) -> None:
     profile = derive_profile(PRESETS[name])
     if name in costmodel.CSV_SAMPLES:
-        assert (SAMPLES / f"{name}.csv").read_text(encoding="utf-8") == to_csv(profile)
+        csv_text = profile_to_csv(Profile.from_dict(profile))
+        assert (SAMPLES / f"{name}.csv").read_text(encoding="utf-8") == csv_text
     else:
         assert json.loads((SAMPLES / f"{name}.json").read_text(encoding="utf-8")) == profile
 

@@ -23,8 +23,8 @@ import streamlit as st
 
 from app.components import analysis, charts, exporting, tuning
 from app.components.analysis import Settings
-from octopipe_core.commands.baselines import baselines
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.peers import baselines
 from octopipe_core.plan import Plan
 from octopipe_core.profile import Profile, list_samples, load_sample
 from octopipe_core.schedules import PARTITIONS, SCHEDULES

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
-from octopipe_core.commands.common import plan_with_profile, print_json, resolve_profile, table
+from octopipe_core.commands.common import (
+    add_out_args,
+    check_writable,
+    plan_with_profile,
+    print_json,
+    resolve_profile,
+    save_plan_file,
+    table,
+)
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult, simulate
@@ -15,9 +23,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
         help="simulate a peer schedule or a saved plan",
-        description="Simulate a peer schedule on a profile, or a plan saved as JSON.",
+        description="Simulate a peer schedule on a profile, or a plan saved as JSON. "
+        "With --plan, --profile (when given) replaces the plan's embedded profile: the same "
+        "plan re-simulates on another profile (a note on stderr says so when they differ; the "
+        "plan's partition must fit the profile's layers). --out saves the simulated plan with "
+        "the profile it used embedded.",
     )
-    p.add_argument("--profile", metavar="FILE", help="profile file or bundled sample name")
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="profile file or bundled sample name; with --plan it replaces the embedded profile",
+    )
     p.add_argument("--plan", metavar="PLAN.json", help="a saved plan (its profile is embedded)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
     p.add_argument("--devices", type=int, default=4, metavar="D")
@@ -33,17 +49,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show-schedule", action="store_true", help="print the per-device orders")
+    add_out_args(
+        p,
+        "PLAN.json",
+        "save the simulated plan here, its profile embedded and the memory cap in meta "
+        "(refuses an existing file unless --force)",
+    )
     add_cluster_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    out = check_writable(args.out, args.force) if args.out else None
     if args.plan:
-        plan, prof = plan_with_profile(args.plan, args.profile)
+        plan, prof = plan_with_profile(args.plan, args.profile, override=True)
         if args.cluster is not None:  # re-deploy the plan on another cluster / layout
             prof = apply_cluster(prof.with_deployment(None), args, plan.num_devices)
         cap = args.memory_gib if args.memory_gib is not None else plan.meta.get("memory_cap_gib")
-        result = simulate(prof, plan, cap)
     else:
         if not args.profile:
             raise OctoPipeError(
@@ -53,14 +75,22 @@ def run(args: argparse.Namespace) -> int:
         plan = build_plan(
             prof, args.schedule, args.devices, args.microbatches, args.chunks, args.partition
         )
-        result = simulate(prof, plan, args.memory_gib)
+        cap = args.memory_gib
+    result = simulate(prof, plan, cap)
+    if out is not None:
+        saved = plan.copy()
+        if cap is not None:
+            saved.meta["memory_cap_gib"] = cap
+        save_plan_file(out, saved, prof)
     if args.json:
-        print_json(result.metrics())
+        print_json({**result.metrics(), **({"plan": str(out)} if out else {})})
     else:
         print(report(result))
         if args.show_schedule:
             print()
             print(plan)
+        if out is not None:
+            print(f"\nplan saved to {out} (re-simulate: octopipe simulate --plan {out})")
     return 0
 
 
