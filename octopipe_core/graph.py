@@ -103,7 +103,7 @@ def _add_tail(g: nx.DiGraph, profile: Profile, plan: Plan, c: Any) -> None:
     lay = dep.layout
     for d, items in enumerate(device_buckets(profile, plan)):
         last = ("compute", plan.schedule[d][-1]) if plan.schedule[d] else None
-        prev = None
+        prev: Any = None
         for k, (i, b) in enumerate(items if lay.dp > 1 else []):
             a = plan.schedule[d][i]
             ready = ("ready", d, b.stage, k)

@@ -142,7 +142,7 @@ class Profile:
         tm = self.type_map()
         return [tm[n] for n in self.layers]
 
-    def with_device(self, **changes: float | str) -> Profile:
+    def with_device(self, **changes: Any) -> Profile:
         """A copy with some device fields changed (e.g. ``memory_gib=40``)."""
         return replace(self, device=replace(self.device, **changes))
 

@@ -248,8 +248,8 @@ class SimResult:
             dep = self.profile.deployment
             if dep is not None:
                 for k in range(len(src)):
-                    a, b = dev[-len(src) + k], self.ops[dst[k]][0]
-                    if dep.crosses_nodes(a, b):
+                    d_src, d_dst = dev[-len(src) + k], self.ops[dst[k]][0]
+                    if dep.crosses_nodes(d_src, d_dst):
                         layers[-len(src) + k] += " (inter-node)"
             for t in self.tail:
                 dev.append(t.device)
