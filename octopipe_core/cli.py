@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 
+from octopipe_core.commands.argtypes import OneLineParser
 from octopipe_core.errors import OctoPipeError
 
 COMMAND_MODULES = (
@@ -22,11 +23,11 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="octopipe",
         description="Simulate, compare, tune and export pipeline-parallel plans.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(f"octopipe_core.commands.{name.replace('-', '_')}").register(sub)

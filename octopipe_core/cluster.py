@@ -30,13 +30,13 @@ ZeRO papers use):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from octopipe_core.errors import OctoPipeError, input_error
+from octopipe_core.jsonio import loads_checked
 
 CLUSTER_FORMAT = "octopipe.cluster/v1"
 ALGORITHMS = ("ring", "hierarchical", "tree")
@@ -258,17 +258,7 @@ def _parse_cluster(data: Any, src: str) -> Cluster:
 
 def parse_cluster_bytes(raw: bytes, filename: str) -> Cluster:
     """Parse an uploaded or read cluster file (JSON)."""
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise input_error(filename, "<file>", "not UTF-8 text", "give a JSON file") from None
-    except json.JSONDecodeError as e:
-        raise input_error(
-            filename, "<file>", f"invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})",
-            "fix the JSON syntax",
-        ) from None  # fmt: skip
-    except RecursionError:
-        raise input_error(filename, "<file>", "nested too deeply", "flatten the JSON") from None
+    data = loads_checked(raw, filename)
     return _parse_cluster(data, filename)
 
 

@@ -32,6 +32,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.jsonio import loads_checked
 from octopipe_core.profile import FORMAT, Profile, profile_to_csv
 
 MIB = 2**20
@@ -403,9 +405,11 @@ def load_config(path: str | Path) -> ModelConfig:
     """Read a ModelConfig from a JSON file; raise SystemExit with a one-line message if bad."""
     src = str(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"{src}: cannot read JSON ({e}); fix: pass a JSON object file") from None
+        data = loads_checked(Path(path).read_bytes(), src)
+    except OSError as e:
+        raise SystemExit(f"{src}: cannot read ({e}); fix: pass a JSON object file") from None
+    except OctoPipeError as e:
+        raise SystemExit(str(e)) from None
     if not isinstance(data, dict):
         raise SystemExit(f'{src}: expected a JSON object; fix: write {{"name": ..., ...}}')
     known = [f.name for f in fields(ModelConfig)]

@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from octopipe_core.errors import OctoPipeError, input_error
+from octopipe_core.jsonio import loads_checked
 
 PLAN_FORMAT = "octopipe.plan/v1"
 KINDS = ("F", "B", "W", "BW")
-_ACTION_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
+_ACTION_RE = re.compile(r"^(\d{1,6})(BW|F|B|W)(\d{1,6})$")  # up to 999,999 stages/micro-batches
+MAX_MICROBATCHES = 65_536
+MAX_STAGES = 4_096
 
 
 class Action(NamedTuple):
@@ -52,8 +55,9 @@ class Action(NamedTuple):
         """
         m = _ACTION_RE.match(text.strip())
         if not m:
+            shown = text if len(text) <= 24 else f"{text[:20]}...({len(text)} characters)"
             raise OctoPipeError(
-                f"bad action {text!r}; fix: write <stage><F|B|W|BW><microbatch>, e.g. 2F0"
+                f"bad action {shown!r}; fix: write <stage><F|B|W|BW><microbatch>, e.g. 2F0"
             )
         return Action(int(m.group(1)), m.group(2), int(m.group(3)))
 
@@ -61,6 +65,9 @@ class Action(NamedTuple):
 def parse_actions(text: str | Iterable[str]) -> list[Action]:
     """Parse a space-separated string (or a list of strings) of actions."""
     items = text.split() if isinstance(text, str) else list(text)
+    for t in items:
+        if not isinstance(t, str):
+            raise OctoPipeError(f"bad action {t!r}; fix: write actions as text, e.g. 2F0")
     return [Action.parse(t) for t in items]
 
 
@@ -147,11 +154,15 @@ def plan_from_dict(data: Any, src: str = "<plan>") -> Plan:
             src, "format", f"got {data.get('format')!r}", f'set "format": "{PLAN_FORMAT}"'
         )
     m = data.get("num_microbatches")
-    if isinstance(m, bool) or not isinstance(m, int) or m <= 0:
-        raise input_error(src, "num_microbatches", f"got {m!r}", "use a positive integer")
+    if isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= MAX_MICROBATCHES:
+        raise input_error(
+            src, "num_microbatches", f"got {m!r}", f"use an integer in 1..{MAX_MICROBATCHES:,}"
+        )
     part = data.get("partition")
     if not isinstance(part, list) or not part:
         raise input_error(src, "partition", "missing", "list [start, end) layer ranges per stage")
+    if len(part) > MAX_STAGES:
+        raise input_error(src, "partition", f"{len(part):,} stages", f"use at most {MAX_STAGES:,}")
     partition: list[tuple[int, int]] = []
     for i, r in enumerate(part):
         if (
@@ -187,6 +198,13 @@ def plan_from_dict(data: Any, src: str = "<plan>") -> Plan:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise input_error(src, "meta", f"got {type(meta).__name__}", "write an object or drop it")
+    cap = meta.get("memory_cap_gib")
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap <= 1e5
+    ):
+        raise input_error(
+            src, "meta.memory_cap_gib", f"got {cap!r}", "use a number in (0, 1e5] or drop it"
+        )
     dep = None
     if "cluster" in data or "layout" in data:
         from octopipe_core.layout import deployment_from_dict
@@ -207,10 +225,7 @@ def load_plan(path: str | Path) -> tuple[Plan, Any | None]:
     p = Path(path)
     if not p.is_file():
         raise OctoPipeError(f"{p}: file not found; fix: pass a plan .json written by octopipe")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise input_error(str(p), "<file>", f"invalid JSON ({e})", "fix the JSON syntax") from None
+    data = loads_checked(p.read_bytes(), str(p))
     plan = plan_from_dict(data, str(p))
     prof = Profile.from_dict(data["profile"], f"{p}#profile") if "profile" in data else None
     if prof is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from octopipe_core.errors import OctoPipeError, input_error
+from octopipe_core.jsonio import MAX_FILE_MIB, loads_checked
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
@@ -203,12 +203,32 @@ def infer_family(type_name: str) -> str | None:
     return None
 
 
+# Physical ranges of every number a profile holds, by unit (checked on load, so that no inf,
+# NaN or denormal step time can come out of the simulator or the tuner).
+MAX_MS = 1e7  # one op longer than 2.8 hours is a typo
+MIN_POSITIVE_MS = 1e-6  # 1 ns; smaller positive times underflow the step-time sums
+MAX_MIB = 1e8  # 95 TiB for one layer
+MAX_LAYERS = 20_000  # larger models are refused up front (the tuner is sized for ~1,000)
+_RANGES = {"_ms": (MAX_MS, MIN_POSITIVE_MS), "_mib": (MAX_MIB, 1e-9), "_gib": (1e5, 1e-6)}
+
+
 def _number(value: Any, src: str, field: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise input_error(src, field, f"expected a number, got {value!r}", "write a plain number")
+    hi, tiny = next((r for suffix, r in _RANGES.items() if field.endswith(suffix)), (1e9, 1e-9))
+    if isinstance(value, int) and abs(value) > hi:
+        raise input_error(src, field, f"got {value}", f"use a number <= {hi:g}")
+    if not math.isfinite(value):
+        raise input_error(src, field, f"got {value}", "write a finite number")
     if value < 0 or (positive and value == 0):
         need = "a positive number" if positive else "a number >= 0"
         raise input_error(src, field, f"got {value}", f"use {need}")
+    if value > hi:
+        raise input_error(src, field, f"got {value:g}", f"use a number <= {hi:g}")
+    if 0 < value < tiny:
+        raise input_error(
+            src, field, f"got {value:g}, below the {tiny:g} resolution", f"use 0 or >= {tiny:g}"
+        )
     return float(value)
 
 
@@ -289,8 +309,10 @@ def _parse_profile(data: Any, src: str) -> Profile:
     if not isinstance(name, str) or not name.strip():
         raise input_error(src, "name", f"got {name!r}", "give the model a non-empty name")
     tokens = data.get("tokens_per_microbatch")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise input_error(src, "tokens_per_microbatch", f"got {tokens!r}", "use a positive integer")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**9:
+        raise input_error(
+            src, "tokens_per_microbatch", f"got {tokens!r}", "use an integer in 1..1e9"
+        )
     dev_raw = data.get("device", {})
     if not isinstance(dev_raw, dict):
         raise input_error(src, "device", "expected an object", 'write {"name": "H800", ...}')
@@ -301,8 +323,10 @@ def _parse_profile(data: Any, src: str) -> Profile:
                 "use name, memory_gib, p2p_gbps, p2p_latency_us, gpus",
             )  # fmt: skip
     gpus = dev_raw.get("gpus", 1)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise input_error(src, "device.gpus", f"got {gpus!r}", "use a positive integer (default 1)")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 65536:
+        raise input_error(
+            src, "device.gpus", f"got {gpus!r}", "use an integer in 1..65536 (default 1)"
+        )
     device = DeviceSpec(
         name=str(dev_raw.get("name", "H800")),
         memory_gib=_number(dev_raw.get("memory_gib", 80), src, "device.memory_gib", positive=True),
@@ -333,6 +357,11 @@ def _parse_profile(data: Any, src: str) -> Profile:
         )
     if not layers:
         raise input_error(src, "layers", "empty", "a model needs at least one layer")
+    if len(layers) > MAX_LAYERS:
+        raise input_error(
+            src, "layers", f"{len(layers):,} layers is over the {MAX_LAYERS:,} limit",
+            "group layers into coarser blocks (a pipeline stage needs a few layers, not one op)",
+        )  # fmt: skip
     names = {t.name for t in types}
     for i, n in enumerate(layers):
         if not isinstance(n, str) or n not in names:
@@ -483,17 +512,13 @@ def parse_profile_bytes(raw: bytes, filename: str) -> Profile:
     if filename.lower().endswith(".csv") or (
         not filename.lower().endswith(".json") and not text.lstrip().startswith("{")
     ):
+        if len(raw) > MAX_FILE_MIB * 2**20:
+            raise input_error(
+                filename, "<file>", f"{len(raw) / 2**20:.0f} MiB is over the "
+                f"{MAX_FILE_MIB:.0f} MiB limit", "give a smaller file",
+            )  # fmt: skip
         return parse_profile_csv(text, filename)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise input_error(
-            filename,
-            "<file>",
-            f"invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})",
-            "fix the JSON syntax",
-        ) from None
-    return _parse_profile(data, filename)
+    return _parse_profile(loads_checked(text, filename), filename)
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from octopipe_core.commands.argtypes import CHUNKS, DEVICES, MEMORY_GIB, MICROBATCHES
 from octopipe_core.commands.common import (
     add_profile_arg,
     check_writable,
@@ -30,10 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "embedded (re-simulate one with `octopipe simulate --plan FILE`).",
     )
     add_profile_arg(p)
-    p.add_argument("--devices", type=int, required=True, metavar="D")
-    p.add_argument("--microbatches", type=int, required=True, metavar="M")
-    p.add_argument("--chunks", type=int, default=2, metavar="V", help="interleaved chunks")
-    p.add_argument("--memory-gib", type=float, default=None, metavar="X")
+    p.add_argument("--devices", type=DEVICES, required=True, metavar="D")
+    p.add_argument("--microbatches", type=MICROBATCHES, required=True, metavar="M")
+    p.add_argument("--chunks", type=CHUNKS, default=2, metavar="V", help="interleaved chunks")
+    p.add_argument("--memory-gib", type=MEMORY_GIB, default=None, metavar="X")
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--out",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from octopipe_core.cluster import list_cluster_samples, resolve_cluster
+from octopipe_core.commands.argtypes import COUNT, float_in
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.layout import ORDERS, deploy
 from octopipe_core.profile import Profile
@@ -20,10 +21,10 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"cluster .json or bundled sample ({', '.join(list_cluster_samples())})",
     )
-    g.add_argument("--dp", type=int, default=1, metavar="N", help="data-parallel replicas")
+    g.add_argument("--dp", type=COUNT, default=1, metavar="N", help="data-parallel replicas")
     g.add_argument(
         "--tp",
-        type=int,
+        type=COUNT,
         default=None,
         metavar="N",
         help="tensor-parallel degree; must equal the profile's device.gpus (checked)",
@@ -33,7 +34,7 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
         "--order", choices=ORDERS, default="tp-dp-pp", help="rank order (Megatron's first)"
     )
     g.add_argument(
-        "--bucket-mib", type=float, default=0.0, metavar="X",
+        "--bucket-mib", type=float_in(0, 1e6), default=0.0, metavar="X",
         help="gradient bucket size in MiB (default 0: one bucket per stage)",
     )  # fmt: skip
     g.add_argument(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from octopipe_core.cluster import list_cluster_samples, resolve_cluster
 from octopipe_core.cluster_plan import ClusterPlanResult, micro_batch_samples, rank_layouts
+from octopipe_core.commands.argtypes import COUNT, TIME_BUDGET_S
 from octopipe_core.commands.common import add_profile_arg, print_json, resolve_profile, table
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.layout import ORDERS, Layout
@@ -32,21 +33,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--cluster", required=True, metavar="C",
         help=f"cluster .json or bundled sample ({', '.join(list_cluster_samples())})",
     )  # fmt: skip
-    p.add_argument("--global-batch", type=int, required=True, metavar="B", help="sequences/step")
+    p.add_argument("--global-batch", type=COUNT, required=True, metavar="B", help="sequences/step")
     p.add_argument(
-        "--seq", type=int, default=None, metavar="S",
+        "--seq", type=COUNT, default=None, metavar="S",
         help="sequence length in tokens (default: one sequence per micro-batch)",
     )  # fmt: skip
-    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPU budget (default: all)")
+    p.add_argument(
+        "--gpus", type=COUNT, default=None, metavar="N", help="GPU budget (default: all)"
+    )
     p.add_argument(
         "--layout", default=None, metavar="TPxPPxDP",
         help="tune only this layout, e.g. 1x8x16 (with --zero1 and --order)",
     )  # fmt: skip
     p.add_argument("--zero1", action="store_true", help="with --layout: ZeRO-1")
     p.add_argument("--order", choices=ORDERS, default="tp-dp-pp", help="with --layout")
-    p.add_argument("--time-budget-s", type=float, default=45.0, metavar="S")
-    p.add_argument("--max-tuned", type=int, default=6, metavar="K", help="layouts to tune")
-    p.add_argument("--top", type=int, default=15, metavar="K", help="rows to print")
+    p.add_argument("--time-budget-s", type=TIME_BUDGET_S, default=45.0, metavar="S")
+    p.add_argument("--max-tuned", type=COUNT, default=6, metavar="K", help="layouts to tune")
+    p.add_argument("--top", type=COUNT, default=15, metavar="K", help="rows to print")
     p.add_argument("--out", default=None, metavar="PLAN.json", help="save the best plan here")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--json", action="store_true", help="print one JSON object")

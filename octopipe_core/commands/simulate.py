@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from octopipe_core.commands.argtypes import CHUNKS, DEVICES, MEMORY_GIB, MICROBATCHES
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
 from octopipe_core.commands.common import (
     add_out_args,
@@ -15,6 +16,7 @@ from octopipe_core.commands.common import (
     table,
 )
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.limits import check_size
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult, simulate
 
@@ -36,13 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--plan", metavar="PLAN.json", help="a saved plan (its profile is embedded)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    p.add_argument("--devices", type=int, default=4, metavar="D")
-    p.add_argument("--microbatches", type=int, default=16, metavar="M")
-    p.add_argument("--chunks", type=int, default=None, metavar="V", help="interleaved chunks")
+    p.add_argument("--devices", type=DEVICES, default=4, metavar="D")
+    p.add_argument("--microbatches", type=MICROBATCHES, default=16, metavar="M")
+    p.add_argument("--chunks", type=CHUNKS, default=None, metavar="V", help="interleaved chunks")
     p.add_argument("--partition", choices=PARTITIONS, default="uniform")
     p.add_argument(
         "--memory-gib",
-        type=float,
+        type=MEMORY_GIB,
         default=None,
         metavar="X",
         help="memory cap per device in GiB (default: the profile's device memory)",
@@ -71,11 +73,13 @@ def run(args: argparse.Namespace) -> int:
             raise OctoPipeError(
                 "simulate: field '--profile': missing; fix: pass --profile FILE or --plan PLAN.json"
             )
+        check_size(args.devices * (args.chunks or 2), args.microbatches, "simulate")
         prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
         plan = build_plan(
             prof, args.schedule, args.devices, args.microbatches, args.chunks, args.partition
         )
         cap = args.memory_gib
+    check_size(plan.num_stages, plan.num_microbatches, "simulate")
     result = simulate(prof, plan, cap)
     if out is not None:
         saved = plan.copy()

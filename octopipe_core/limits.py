@@ -1,0 +1,41 @@
+"""Sizes refused up front, with the figure that is too large.
+
+The simulator runs about a million ops per second on one core and the tuner simulates a plan
+hundreds of times, so a request is refused before any work when one simulation of it would
+take more than a few seconds (``MAX_SIMULATE_OPS``) or leave the tuner no room to search
+(``MAX_TUNE_OPS``).
+
+>>> plan_ops(num_stages=8, num_microbatches=64)
+2560
+>>> check_size(8, 64, "simulate")
+>>> try:
+...     check_size(512, 65536, "tune")
+... except ValueError as e:
+...     print(str(e)[:58])
+tune: 512 stages x 65,536 micro-batches is 167,772,160 ops
+"""
+
+from __future__ import annotations
+
+from octopipe_core.errors import OctoPipeError
+
+MAX_SIMULATE_OPS = 8_000_000
+MAX_TUNE_OPS = 1_000_000
+
+
+def plan_ops(num_stages: int, num_microbatches: int) -> int:
+    """Ops of one simulation: F, B, W and two transfers per stage and micro-batch."""
+    return 5 * num_stages * num_microbatches
+
+
+def check_size(num_stages: int, num_microbatches: int, what: str) -> None:
+    """Refuse a plan too large to ``simulate`` or ``tune`` in reasonable time."""
+    limit = MAX_TUNE_OPS if what == "tune" else MAX_SIMULATE_OPS
+    ops = plan_ops(num_stages, num_microbatches)
+    if ops > limit:
+        fit = max(1, limit // (5 * num_stages))
+        raise OctoPipeError(
+            f"{what}: {num_stages:,} stages x {num_microbatches:,} micro-batches is {ops:,} ops "
+            f"per simulation, over the {limit:,} this machine can {what}; fix: fewer "
+            f"micro-batches or stages (e.g. --microbatches {fit})"
+        )
