@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from octopipe_core.breakdown import critical_path, time_breakdown
 from octopipe_core.commands.argtypes import CHUNKS, DEVICES, MEMORY_GIB, MICROBATCHES
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
 from octopipe_core.commands.common import (
@@ -50,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="memory cap per device in GiB (default: the profile's device memory)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--breakdown", action="store_true", help="per-device idle by cause and the critical path"
+    )
     p.add_argument("--show-schedule", action="store_true", help="print the per-device orders")
     add_out_args(
         p,
@@ -87,15 +91,41 @@ def run(args: argparse.Namespace) -> int:
             saved.meta["memory_cap_gib"] = cap
         save_plan_file(out, saved, prof)
     if args.json:
-        print_json({**result.metrics(), **({"plan": str(out)} if out else {})})
+        extra = (
+            {"breakdown": [x.to_dict() for x in time_breakdown(result)]} if args.breakdown else {}
+        )
+        print_json({**result.metrics(), **extra, **({"plan": str(out)} if out else {})})
     else:
         print(report(result))
+        if args.breakdown:
+            print()
+            print(breakdown_report(result))
         if args.show_schedule:
             print()
             print(plan)
         if out is not None:
             print(f"\nplan saved to {out} (re-simulate: octopipe simulate --plan {out})")
     return 0
+
+
+def breakdown_report(r: SimResult) -> str:
+    """Where the time goes per device, and the critical path's length by kind."""
+    cols = ["device", "busy_ms", "fill_ms", "wait_transfer_ms", "idle_between_ms", "drain_ms"]
+    rows = [
+        [x.to_dict()[c] for c in cols] + [x.to_dict()["bubble_ratio"]] for x in time_breakdown(r)
+    ]
+    path = critical_path(r)
+    on_ops = sum(p.end_ms - p.start_ms for p in path if p.kind == "op")
+    on_wire = sum(p.end_ms - p.start_ms for p in path if p.kind == "transfer")
+    head = "where the time goes (bubble_ratio: idle / step time per device)"
+    tail = (
+        f"critical path: {sum(p.kind == 'op' for p in path)} ops ({on_ops:,.1f} ms) and "
+        f"{sum(p.kind == 'transfer' for p in path)} transfers ({on_wire:,.1f} ms), from "
+        f"{path[0].label} on d{path[0].device} to {path[-1].label} on d{path[-1].device}"
+        if path
+        else "critical path: empty plan"
+    )
+    return f"{head}\n{table(rows, [*cols, 'bubble_ratio'])}\n{tail}"
 
 
 def report(r: SimResult) -> str:
