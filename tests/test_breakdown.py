@@ -65,3 +65,17 @@ def test_layer_diff_across_stage_counts() -> None:
     rows = device_changes(prof, simulate(prof, a), simulate(prof, b))
     assert sum(r["layers_a"] for r in rows) == sum(r["layers_b"] for r in rows) == prof.num_layers
     assert any(r["load_delta_ms"] != 0 for r in rows)
+
+
+def test_simulate_breakdown_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from octopipe_core.cli import main
+
+    argv = ["simulate", "--profile", "tiny-hybrid", "--devices", "2", "--microbatches", "4"]
+    assert main([*argv, "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    assert "wait_transfer_ms" in out and "critical path:" in out
+    assert main([*argv, "--breakdown", "--json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["breakdown"]) == 2 and "drain_ms" in data["breakdown"][0]
