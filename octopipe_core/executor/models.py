@@ -7,19 +7,17 @@ later computes and accumulates the weight gradients. That is the zero-bubble B/W
 recomputation. Outside the context they behave like ``F.linear`` / ``F.embedding``. Other
 parameters (norm scales, the SSM's A/D/conv) get their gradients during B.
 
-A user model (``module:function`` returning the layers in profile order) gets the same split:
+A user model (the ``module:function`` model hook of ``executor/hooks.py``) gets the same split:
 ``make_deferrable`` routes its ``nn.Linear`` and ``nn.Embedding`` modules through these
 functions.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -332,20 +330,24 @@ def standin_layer(family: str, st: ModelSettings) -> nn.Module:
 
 
 def build_layers(
-    families: list[str], st: ModelSettings, keep: set[int] | None = None
+    families: list[str],
+    st: ModelSettings,
+    keep: set[int] | None = None,
+    *,
+    names: list[str] | None = None,
 ) -> list[nn.Module | None]:
     """The model's layers in profile order; layers outside ``keep`` are None (not built).
 
     Each stand-in layer is seeded by its index, so any subset matches the full model. A user
-    factory is called once (seeded) and its layers outside ``keep`` are dropped.
+    model hook (``st.factory``, see ``executor/hooks.py``) in the per-stage form builds only the
+    layers of ``keep``; a whole-model factory is called once (seeded) and the rest dropped.
+    ``names`` (the profile's layer type names) are passed to the hook; default: the families.
     """
-    dtype = st.torch_dtype()
     if st.factory:
-        layers = load_factory(st.factory, st, families)
-        return [
-            make_deferrable(m.to(dtype)) if keep is None or i in keep else None
-            for i, m in enumerate(layers)
-        ]
+        from octopipe_core.executor.hooks import build_hook_layers
+
+        return build_hook_layers(st.factory, st, families, keep, names)
+    dtype = st.torch_dtype()
     out: list[nn.Module | None] = []
     for i, fam in enumerate(families):
         if keep is not None and i not in keep:
@@ -357,29 +359,9 @@ def build_layers(
 
 
 def load_factory(spec: str, st: ModelSettings, families: list[str]) -> list[nn.Module]:
-    """Call a user factory ``module:function``; it must return one module per profile layer.
-
-    It is called with those of ``families`` (the profile's layer families) and the settings'
-    fields (``hidden``, ``seq``, ``vocab``, ...) that its signature names."""
-    num_layers = len(families)
-    mod_name, _, fn_name = spec.partition(":")
-    if not mod_name or not fn_name:
-        raise OctoPipeError(f"--model {spec!r}: expected module:function; fix: e.g. mypkg.m:build")
-    try:
-        fn = getattr(importlib.import_module(mod_name), fn_name)
-    except (ImportError, AttributeError) as e:
-        raise OctoPipeError(f"--model {spec!r}: cannot import ({e}); fix: check PYTHONPATH") from e
-    torch.manual_seed(st.seed)
-    params = inspect.signature(fn).parameters
-    avail = {**st.to_dict(), "families": list(families)}
-    kwargs = {k: v for k, v in avail.items() if k in params}
-    layers = list(fn(**kwargs))
-    if len(layers) != num_layers or not all(isinstance(m, nn.Module) for m in layers):
-        raise OctoPipeError(
-            f"--model {spec!r}: returned {len(layers)} items, the profile has {num_layers} "
-            "layers; fix: return one nn.Module per profile layer, in profile order"
-        )
-    return layers
+    """Every layer of a user model hook ``module:function`` (either form; see ``hooks.py``)."""
+    layers = build_layers(families, replace(st, factory=spec))
+    return [m for m in layers if m is not None]
 
 
 class _Residual(nn.Module):
@@ -391,23 +373,38 @@ class _Residual(nn.Module):
         return x + self.body(x)
 
 
-def example_factory(families: list[str], hidden: int, vocab: int) -> list[nn.Module]:
-    """An example user factory built from plain ``torch.nn`` modules (one per family)."""
+def _example_layer(fam: str, hidden: int, vocab: int) -> nn.Module:
+    if fam == "embedding":
+        return nn.Embedding(vocab, hidden)
+    if fam == "lm_head":
+        return nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, vocab))
+    body = nn.Sequential(
+        nn.LayerNorm(hidden),
+        nn.Linear(hidden, 2 * hidden),
+        nn.GELU(),
+        nn.Linear(2 * hidden, hidden),
+    )
+    return _Residual(body)
+
+
+def example_layers(
+    layers: list[int], families: list[str], hidden: int, vocab: int, seed: int
+) -> list[nn.Module]:
+    """An example model hook in the per-stage form: builds only ``layers`` (plain torch.nn).
+
+    >>> [type(m).__name__ for m in example_layers([0, 5], ["embedding", "lm_head"], 8, 16, 0)]
+    ['Embedding', 'Sequential']
+    """
     out: list[nn.Module] = []
-    for fam in families:
-        if fam == "embedding":
-            out.append(nn.Embedding(vocab, hidden))
-        elif fam == "lm_head":
-            out.append(nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, vocab)))
-        else:
-            body = nn.Sequential(
-                nn.LayerNorm(hidden),
-                nn.Linear(hidden, 2 * hidden),
-                nn.GELU(),
-                nn.Linear(2 * hidden, hidden),
-            )
-            out.append(_Residual(body))
+    for i, fam in zip(layers, families, strict=True):
+        torch.manual_seed(seed * 100003 + i)  # layer i's weights depend on i only
+        out.append(_example_layer(fam, hidden, vocab))
     return out
+
+
+def example_factory(families: list[str], hidden: int, vocab: int) -> list[nn.Module]:
+    """An example whole-model factory (the older form): every layer, one per family."""
+    return [_example_layer(fam, hidden, vocab) for fam in families]
 
 
 def make_batch(st: ModelSettings, num_microbatches: int) -> tuple[torch.Tensor, torch.Tensor]:
