@@ -35,6 +35,7 @@ pages = [
         "views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
     ),
     st.Page("views/export.py", title="Export", icon=":material/download:", url_path="export"),
+    st.Page("views/cluster.py", title="Cluster", icon=":material/lan:", url_path="cluster"),
 ]
 page = st.navigation(pages)
 state.sidebar()
