@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components import analysis, charts, exporting, state
+from octopipe_core.profile import Profile
 
 
 def metric_row(m: dict[str, Any], ref: dict[str, Any] | None = None) -> None:
@@ -82,6 +83,17 @@ def cluster_metric_row(m: dict[str, Any], ref: dict[str, Any] | None = None) -> 
         "compute end (ms)", f"{m['compute_end_ms']:,.1f}", delta("compute_end_ms", "+,.1f"),
         delta_color="inverse", help="end of the last compute op (the step without its tail)",
     )  # fmt: skip
+
+
+def cluster_note(prof: Profile) -> str:
+    """What a deployed profile simulates, and how its timeline reads."""
+    dep = prof.deployment
+    return (
+        f"On {dep.cluster.name}: {dep.layout.label()}, rank order {dep.layout.order} (change it "
+        "in the sidebar, see it on the Cluster page). Transfers cost by their link class; on "
+        "the timeline dark transfers cross nodes and each device's third strip is its "
+        "data-parallel stream (gradient reductions, ZeRO-1 all-gathers)."
+    )
 
 
 def comparison(plans: dict[str, str], *, key: str = "every_block") -> None:
