@@ -364,12 +364,15 @@ def _plan_shape(s: Settings) -> Settings:
     return dataclasses.replace(s, memory_gib=None)
 
 
-def set_plan_edit(plan: Plan) -> None:
+def set_plan_edit(plan: Plan, source: str | None = None) -> None:
+    """Make ``plan`` the Plan page's plan for the current settings (``source`` names where it
+    came from when not from a hand edit)."""
     ss = st.session_state
     ss["plan_edit"] = {
         "settings": _plan_shape(settings()),
         "profile_version": ss["profile_version"],
         "plan": analysis.plan_json(plan),
+        **({"source": source} if source else {}),
     }
 
 
