@@ -35,6 +35,8 @@ pages = [
         "views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
     ),
     st.Page("views/export.py", title="Export", icon=":material/download:", url_path="export"),
+    st.Page("views/cluster.py", title="Cluster", icon=":material/lan:", url_path="cluster"),
+    st.Page("views/layouts.py", title="Layouts", icon=":material/grid_view:", url_path="layouts"),
 ]
 page = st.navigation(pages)
 state.sidebar()

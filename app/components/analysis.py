@@ -72,6 +72,18 @@ METRIC_COLUMNS = {
 }
 
 
+# Present only when the plan runs on a cluster (``SimResult.metrics`` adds them)
+CLUSTER_METRICS = (
+    "cluster",
+    "layout",
+    "gpus",
+    "inter_node_boundaries",
+    "compute_end_ms",
+    "exposed_tail_ms",
+    "grad_sync_ms",
+)
+
+
 def summary_metrics(result: SimResult) -> dict[str, Any]:
     """The few numbers the dashboard shows for a simulated plan."""
     m = result.metrics()
@@ -88,6 +100,7 @@ def summary_metrics(result: SimResult) -> dict[str, Any]:
         "stages": m["stages"],
         "devices": m["devices"],
         "microbatches": m["microbatches"],
+        **{k: m[k] for k in CLUSTER_METRICS if k in m},
     }
 
 

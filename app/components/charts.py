@@ -7,11 +7,17 @@ ends last in it, with the op's stage, micro-batch and layers in the hover. At th
 the raster loses nothing the eye could see (at p=64, m=256 a block is about one pixel wide),
 and a browser draws it several times faster than thousands of SVG bars; bars stay available
 for sharp zooming (``max_bars`` large).
+
+On a cluster the timeline gets more: transfers that cross nodes get their own darker colours
+on the comm strip (``send_F_x``, ``send_B_x``), each device gets a third strip for its
+data-parallel stream (gradient reductions, ZeRO-1 parameter all-gathers, the timeline's
+``stream == "dp"`` rows), and the optimizer step is drawn on the compute lane.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,23 +25,37 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-KINDS = ("F", "B", "W", "BW", "send_F", "send_B")
+COMPUTE_KINDS = ("F", "B", "W", "BW", "optimizer")
+COMM_KINDS = ("send_F", "send_B", "send_F_x", "send_B_x")
+DP_KINDS = ("grad_sync", "param_gather")
+KINDS = (*COMPUTE_KINDS, *COMM_KINDS, *DP_KINDS)
 KIND_COLORS = {
     "F": "#4C78A8",
     "B": "#F58518",
     "W": "#54A24B",
     "BW": "#B64E9B",
+    "optimizer": "#9D755D",
     "send_F": "#9ECAE9",
     "send_B": "#FFBF79",
+    "send_F_x": "#08306B",
+    "send_B_x": "#A63603",
+    "grad_sync": "#E45756",
+    "param_gather": "#17BECF",
 }
 KIND_LABELS = {
     "F": "F (forward)",
     "B": "B (input grad)",
     "W": "W (weight grad)",
     "BW": "BW (fused backward)",
+    "optimizer": "optimizer step",
     "send_F": "send activation",
     "send_B": "send gradient",
+    "send_F_x": "send activation (inter-node)",
+    "send_B_x": "send gradient (inter-node)",
+    "grad_sync": "DP gradient reduction",
+    "param_gather": "ZeRO-1 parameter all-gather",
 }
+INTER_NODE = " (inter-node)"  # suffix of the timeline's "layers" on a transfer across nodes
 DEFAULT_MAX_BARS = 3000
 DEFAULT_BINS = 1000
 COMPUTE_WIDTH = 0.62
@@ -43,6 +63,42 @@ COMPUTE_SHIFT = 0.08  # compute lane centre above the device tick (y grows downw
 COMM_WIDTH = 0.18
 COMM_OFFSET = 0.36  # comm strip centre below the device tick
 TEMPLATE = "plotly_white"
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Where a device's lanes sit around its tick ``d`` (y grows downwards): centre offsets
+    and widths of the compute lane, the comm strip and (on a cluster) the DP strip."""
+
+    compute_shift: float = COMPUTE_SHIFT
+    compute_width: float = COMPUTE_WIDTH
+    comm_offset: float = COMM_OFFSET
+    comm_width: float = COMM_WIDTH
+    dp_offset: float = 0.0
+    dp_width: float = 0.0
+
+
+FLAT_LANES = Lanes()
+DP_LANES = Lanes(0.14, 0.5, 0.18, 0.18, 0.36, 0.18)
+
+
+def lanes_for(df: pd.DataFrame) -> Lanes:
+    """Three lanes per device when the timeline has data-parallel rows, else two."""
+    return DP_LANES if (df["stream"] == "dp").any() else FLAT_LANES
+
+
+def with_link_kinds(df: pd.DataFrame) -> pd.DataFrame:
+    """The timeline with transfers across nodes renamed ``send_F_x`` / ``send_B_x`` (the
+    simulator marks them by an ``" (inter-node)"`` suffix on ``layers``)."""
+    comm = df["stream"] == "comm"
+    if not comm.any():
+        return df
+    cross = comm & df["layers"].str.endswith(INTER_NODE)
+    if not cross.any():
+        return df
+    out = df.copy()
+    out.loc[cross, "kind"] = out.loc[cross, "kind"] + "_x"
+    return out
 
 
 def lane_height(devices: int) -> int:
@@ -57,7 +113,7 @@ def _split_layers(layers: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _bar_traces(df: pd.DataFrame, legend: bool) -> list[go.Bar]:
+def _bar_traces(df: pd.DataFrame, legend: bool, lanes: Lanes = FLAT_LANES) -> list[go.Bar]:
     traces = []
     for kind in KINDS:
         g = df[df["kind"] == kind]
@@ -66,29 +122,36 @@ def _bar_traces(df: pd.DataFrame, legend: bool) -> list[go.Bar]:
         start = g["start_ms"].to_numpy(np.float64)
         dur = g["end_ms"].to_numpy(np.float64) - start
         dev = g["device"].to_numpy(np.int32)
-        comm = kind.startswith("send")
-        if comm:
-            dst = g["layers"].str.removeprefix("to d")
+        when = "%{customdata[5]:.2f}–%{customdata[6]:.2f} ms (%{x:.3f} ms)<extra></extra>"
+        if kind in COMM_KINDS:
+            dst = g["layers"].str.extract(r"^to d(\d+)", expand=False)
             dst_i = pd.to_numeric(dst, errors="coerce").fillna(-1).to_numpy(np.int32)
             cd = np.column_stack([g["stage"], g["mb"], dst_i, dst_i, dev, start, start + dur])
             hover = (
                 f"<b>{KIND_LABELS[kind]}</b> d%{{customdata[4]}} → d%{{customdata[2]}}<br>"
-                "from stage %{customdata[0]} · micro-batch %{customdata[1]}<br>"
-                "%{customdata[5]:.2f}–%{customdata[6]:.2f} ms (%{x:.3f} ms)<extra></extra>"
+                f"from stage %{{customdata[0]}} · micro-batch %{{customdata[1]}}<br>{when}"
             )
-            y = dev + COMM_OFFSET
-            width = COMM_WIDTH
+            y, width = dev + lanes.comm_offset, lanes.comm_width
+        elif kind in DP_KINDS:
+            cd = np.column_stack([g["stage"], g["mb"], dev, dev, dev, start, start + dur])
+            hover = (
+                f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>"
+                f"gradients of stage %{{customdata[0]}} over the DP group<br>{when}"
+            )
+            y, width = dev + lanes.dp_offset, lanes.dp_width
+        elif kind == "optimizer":
+            cd = np.column_stack([g["stage"], g["mb"], dev, dev, dev, start, start + dur])
+            hover = f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>{when}"
+            y, width = dev - lanes.compute_shift, lanes.compute_width
         else:
             lo, hi = _split_layers(g["layers"])
             cd = np.column_stack([g["stage"], g["mb"], lo, hi, dev, start, start + dur])
             hover = (
                 f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>"
                 "stage %{customdata[0]} · micro-batch %{customdata[1]}<br>"
-                "layers %{customdata[2]}–%{customdata[3]}<br>"
-                "%{customdata[5]:.2f}–%{customdata[6]:.2f} ms (%{x:.3f} ms)<extra></extra>"
+                f"layers %{{customdata[2]}}–%{{customdata[3]}}<br>{when}"
             )
-            y = dev - COMPUTE_SHIFT
-            width = COMPUTE_WIDTH
+            y, width = dev - lanes.compute_shift, lanes.compute_width
         traces.append(
             go.Bar(
                 x=dur,
@@ -107,26 +170,34 @@ def _bar_traces(df: pd.DataFrame, legend: bool) -> list[go.Bar]:
     return traces
 
 
-def _raster_traces(df: pd.DataFrame, devices: int, x_max: float, bins: int) -> list[go.Heatmap]:
-    """Compute ops as a (devices x bins) heatmap; comm as a thin strip under each lane."""
+RASTER_KINDS = ("F", "B", "W", "BW", *COMM_KINDS)  # the rest (few per device) stay bars
+
+
+def _raster_traces(
+    df: pd.DataFrame, devices: int, x_max: float, bins: int, lanes: Lanes = FLAT_LANES
+) -> list[go.Heatmap]:
+    """Compute ops as a (devices x bins) heatmap; comm as a thin strip under each lane (and,
+    with a DP strip, a blank band under it where the DP bars go)."""
     dt = x_max / bins if x_max > 0 else 1.0
-    # Codes 2..7 and small unsigned ints keep the base64 payload free of '/', which
+    # Codes 2..11 and small unsigned ints keep the base64 payload free of '/', which
     # plotly.io.to_json (what Streamlit sends) escapes as six characters.
-    codes = {k: i + 2 for i, k in enumerate(KINDS)}
-    comp = df[df["stream"] == "compute"]
+    codes = {k: i + 2 for i, k in enumerate(RASTER_KINDS)}
+    comp = df[(df["stream"] == "compute") & df["kind"].isin(RASTER_KINDS)]
     comm = df[df["stream"] == "comm"]
     z = np.full((devices, bins), np.nan, np.float32)  # NaN: idle, no colour, no hover
     lo, hi = _split_layers(comp["layers"])
     top = max(int(comp["stage"].max()), int(comp["mb"].max()), int(hi.max())) if len(comp) else 0
     cd = np.zeros((devices, bins, 4), np.uint8 if top < 256 else np.uint16)
     _fill(z, cd, comp, lo, hi, dt, bins, codes)
-    zc = np.zeros((2 * devices, bins), np.uint8)  # strip rows: 0 (white); gap rows: 1 (clear)
-    zc[1::2] = 1
-    _fill_comm(zc, comm, dt, bins, codes)
-    n = len(KINDS) + 2  # codes 0, 1: transparent (0 marks an empty comm cell)
+    # strip rows per device: the comm strip (0: white), [a blank band (0)], a clear gap (1)
+    k = 3 if lanes.dp_width else 2
+    zc = np.zeros((k * devices, bins), np.uint8)
+    zc[k - 1 :: k] = 1
+    _fill_comm(zc, comm, dt, bins, codes, k)
+    n = len(RASTER_KINDS) + 2  # codes 0, 1: transparent (0 marks an empty comm cell)
     scale: list[list[Any]] = [[0.0, "rgba(0,0,0,0)"], [2 / n, "rgba(0,0,0,0)"]]
-    for i, k in enumerate(KINDS, start=2):
-        scale += [[i / n, KIND_COLORS[k]], [(i + 1) / n, KIND_COLORS[k]]]
+    for i, kind in enumerate(RASTER_KINDS, start=2):
+        scale += [[i / n, KIND_COLORS[kind]], [(i + 1) / n, KIND_COLORS[kind]]]
     common = {
         "x0": dt / 2,
         "dx": dt,
@@ -136,12 +207,19 @@ def _raster_traces(df: pd.DataFrame, devices: int, x_max: float, bins: int) -> l
         "showscale": False,
         "zsmooth": False,
     }
-    # Row edges: compute cells span [d-0.55, d+0.45]; the comm strip [d+0.25, d+0.45] is
-    # drawn over their bottom in opaque white (its empty cells), which also separates lanes.
+    # Row edges: compute cells span [d-0.55, d+0.45]; the comm strip (and the DP band) are
+    # drawn over their bottom in opaque white (empty cells), which also separates lanes.
     # No xgap/ygap: with gaps plotly paints every cell with fillRect instead of one image.
     y_comp = np.arange(devices + 1, dtype=np.float64) - 0.55
-    y_comm = np.sort(np.concatenate([np.arange(devices) + 0.25, np.arange(devices) + 0.45]))
-    y_comm = np.append(y_comm, devices + 0.25)
+    d = np.arange(devices, dtype=np.float64)
+    if lanes.dp_width:
+        c_lo = lanes.comm_offset - lanes.comm_width / 2
+        c_hi = lanes.comm_offset + lanes.comm_width / 2
+        y_comm = np.column_stack([d + c_lo, d + c_hi, d + 0.45]).ravel()
+        y_comm = np.append(y_comm, devices + c_lo)
+    else:
+        y_comm = np.sort(np.concatenate([d + 0.25, d + 0.45]))
+        y_comm = np.append(y_comm, devices + 0.25)
     comm_scale = [[0.0, "#FFFFFF"], [1 / n, "#FFFFFF"], [1 / n, "rgba(0,0,0,0)"], *scale[1:]]
     return [
         go.Heatmap(
@@ -196,9 +274,11 @@ def _fill(
     cd[dev, col] = info[op].astype(cd.dtype)
 
 
-def _fill_comm(zc: np.ndarray, df: pd.DataFrame, dt: float, bins: int, codes: dict) -> None:
+def _fill_comm(
+    zc: np.ndarray, df: pd.DataFrame, dt: float, bins: int, codes: dict, rows: int = 2
+) -> None:
     op, dev, col = _cells(df, dt, bins)
-    zc[2 * dev, col] = df["kind"].map(codes).to_numpy()[op]
+    zc[rows * dev, col] = df["kind"].map(codes).to_numpy()[op]
 
 
 def _legend_stubs(kinds: list[str]) -> list[go.Bar]:
@@ -245,20 +325,24 @@ def compare_gantt_figure(
     )
     seen: set[str] = set()
     any_raster = False
-    for r, df in enumerate(timelines.values(), start=1):
+    for r, raw in enumerate(timelines.values(), start=1):
+        df = with_link_kinds(raw)
+        lanes = lanes_for(df)
         kinds = [k for k in KINDS if (df["kind"] == k).any()]
+        bars = df
         if is_raster(df, max_bars):
             any_raster = True
-            for t in _raster_traces(df, devs[r - 1], x_max, bins):
+            for t in _raster_traces(df, devs[r - 1], x_max, bins, lanes):
                 fig.add_trace(t, row=r, col=1)
-            new = [k for k in kinds if k not in seen]
+            new = [k for k in kinds if k not in seen and k in RASTER_KINDS]
             for t in _legend_stubs(new):
                 fig.add_trace(t, row=r, col=1)
-        else:
-            for t in _bar_traces(df, legend=False):
-                kind = next(k for k in KINDS if KIND_LABELS[k] == t.name)
-                t.showlegend = kind not in seen
-                fig.add_trace(t, row=r, col=1)
+            seen.update(new)
+            bars = df[~df["kind"].isin(RASTER_KINDS)]  # DP ops and optimizer steps: few
+        for t in _bar_traces(bars, legend=False, lanes=lanes):
+            kind = next(k for k in KINDS if KIND_LABELS[k] == t.name)
+            t.showlegend = kind not in seen
+            fig.add_trace(t, row=r, col=1)
         seen.update(kinds)
         d = devs[r - 1]
         step = max(1, d // 16)

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components import analysis, charts, exporting, state
+from octopipe_core.profile import Profile
 
 
 def metric_row(m: dict[str, Any], ref: dict[str, Any] | None = None) -> None:
@@ -41,6 +42,58 @@ def metric_row(m: dict[str, Any], ref: dict[str, Any] | None = None) -> None:
         delta("max_peak_memory_gib", "+.1f"), delta_color="inverse",
         help=f"highest device peak; cap {m['memory_cap_gib']:g} GiB",
     )  # fmt: skip
+    cluster_metric_row(m, ref)
+
+
+def cluster_metric_row(m: dict[str, Any], ref: dict[str, Any] | None = None) -> None:
+    """GPUs, exposed tail, gradient sync and inter-node boundaries of a plan on a cluster
+    (nothing on the flat network)."""
+    if "gpus" not in m:
+        return
+    ref = ref if ref is not None and "gpus" in ref else None
+    lay = m["layout"]
+    zero = " ZeRO-1" if lay["zero1"] else ""
+    cols = st.columns(5)
+
+    def delta(key: str, fmt: str) -> str | None:
+        return None if ref is None else format(m[key] - ref[key], fmt)
+
+    cols[0].metric(
+        "GPUs", f"{m['gpus']:,}",
+        help=f"TP{lay['tp']} × PP{lay['pp']} × DP{lay['dp']}{zero} on {m['cluster']}, rank "
+        f"order {lay['order']}",
+    )  # fmt: skip
+    cols[1].metric(
+        "exposed tail (ms)", f"{m['exposed_tail_ms']:,.1f}", delta("exposed_tail_ms", "+,.1f"),
+        delta_color="inverse",
+        help="time the step runs after its last compute op: gradient reductions, optimizer "
+        "step and ZeRO-1 all-gathers not hidden under compute",
+    )  # fmt: skip
+    cols[2].metric(
+        "grad sync (ms, all devices)", f"{m['grad_sync_ms']:,.1f}",
+        delta("grad_sync_ms", "+,.1f"), delta_color="inverse",
+        help="data-parallel gradient reduction time, summed over the devices' DP streams",
+    )  # fmt: skip
+    cols[3].metric(
+        "inter-node boundaries", f"{m['inter_node_boundaries']}",
+        delta("inter_node_boundaries", "+d"), delta_color="inverse",
+        help="stage boundaries whose transfer crosses nodes in some replica",
+    )  # fmt: skip
+    cols[4].metric(
+        "compute end (ms)", f"{m['compute_end_ms']:,.1f}", delta("compute_end_ms", "+,.1f"),
+        delta_color="inverse", help="end of the last compute op (the step without its tail)",
+    )  # fmt: skip
+
+
+def cluster_note(prof: Profile) -> str:
+    """What a deployed profile simulates, and how its timeline reads."""
+    dep = prof.deployment
+    return (
+        f"On {dep.cluster.name}: {dep.layout.label()}, rank order {dep.layout.order} (change it "
+        "in the sidebar, see it on the Cluster page). Transfers cost by their link class; on "
+        "the timeline dark transfers cross nodes and each device's third strip is its "
+        "data-parallel stream (gradient reductions, ZeRO-1 all-gathers)."
+    )
 
 
 def comparison(plans: dict[str, str], *, key: str = "every_block") -> None:

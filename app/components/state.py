@@ -7,7 +7,9 @@ State lives under a few plain keys of ``st.session_state``:
 * ``sample``, ``devices``, ``microbatches``, ``memory_gib``, ``schedule``, ``chunks``,
   ``partition``: the settings, also carried by the URL's query parameters;
 * ``plan_edit``: the hand-edited plan of the Plan page (JSON) with the settings it was made for;
-* ``tuned``: the tuner's best plan (JSON) with the settings it was made for.
+* ``tuned``: the tuner's best plan (JSON) with the settings it was made for;
+* ``cluster``, ``dp``, ``zero1``, ``order``: the cluster and layout (see ``cluster_state``);
+  ``profile()`` is the session's profile deployed on them, ``base_profile()`` the profile itself.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.components import analysis, charts, exporting, tuning
+from app.components import analysis, charts, cluster_data, cluster_state, exporting, tuning
 from app.components.analysis import Settings
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.peers import baselines
@@ -40,8 +42,15 @@ DEFAULTS: dict[str, Any] = {
     "chunks": 2,
     "partition": "uniform",
     "memory_gib": 80.0,
+    **cluster_state.DEFAULTS,
 }
-QUERY_KEYS = ("sample", "devices", "microbatches", "schedule", "chunks", "memory_gib")
+QUERY_KEYS = (
+    "sample", "devices", "microbatches", "schedule", "chunks", "memory_gib",
+    *cluster_state.QUERY_KEYS,
+)  # fmt: skip
+# Streamlit hashes a cached function's profile argument with this: a deployment memoises its
+# links as it is used, which must not change the cache key.
+HASH_FUNCS: dict[Any, Any] = {Profile: cluster_data.profile_cache_key}
 LIMITS = {"devices": (1, 128), "microbatches": (1, 1024), "chunks": (1, 8)}
 
 
@@ -94,6 +103,8 @@ def recover_interrupted_tune() -> None:
 
 
 def _parse_param(key: str, raw: str) -> Any:
+    if key in cluster_state.QUERY_KEYS:
+        return cluster_state.parse_param(key, raw)
     if key == "sample":
         if raw not in list_samples():
             raise ValueError(f"use one of {', '.join(list_samples())}")
@@ -117,6 +128,9 @@ def _parse_param(key: str, raw: str) -> Any:
 def show_warnings() -> None:
     for w in st.session_state.get("qp_warnings", []):
         st.warning(w)
+    err = st.session_state.get("cluster_error")
+    if err:
+        st.error(f"Cluster layout: {err} (simulating on the flat network until it fits)")
 
 
 def set_profile(profile: Profile, origin: str) -> None:
@@ -127,8 +141,16 @@ def set_profile(profile: Profile, origin: str) -> None:
     ss.pop("plan_edit", None)
 
 
-def profile() -> Profile:
+def base_profile() -> Profile:
+    """The session's profile as loaded or edited (no cluster)."""
     return st.session_state["profile"]
+
+
+def profile() -> Profile:
+    """The profile every page simulates: the session's, deployed on the picked cluster and
+    layout (TP = device.gpus, PP = devices), or the session's as is on the flat network."""
+    ss = st.session_state
+    return cluster_state.deployed(ss["profile"], ss["profile_version"], int(ss["devices"]))
 
 
 def settings(schedule: str | None = None, partition: str | None = None) -> Settings:
@@ -144,9 +166,11 @@ def settings(schedule: str | None = None, partition: str | None = None) -> Setti
 
 
 def workload_key() -> tuple[Any, ...]:
-    """What a tuned plan depends on: the profile and the workload size."""
+    """What a tuned plan depends on: the profile, the workload size and the cluster layout."""
     ss = st.session_state
-    return (ss["profile_version"], int(ss["devices"]), int(ss["microbatches"]))
+    key = (ss["profile_version"], int(ss["devices"]), int(ss["microbatches"]))
+    lk = cluster_state.layout_key()
+    return key if lk is None else (*key, lk)
 
 
 def bound(name: str) -> str:
@@ -164,11 +188,12 @@ def commit(name: str) -> None:
 def sidebar() -> None:
     """The workload controls shared by every page (the entrypoint draws them)."""
     ss = st.session_state
+    cluster_state.apply_pending()
     with st.sidebar:
         origin = {"sample": "sample", "upload": "uploaded", "edited": "edited"}[
             ss["profile_origin"]
         ]
-        prof = profile()
+        prof = base_profile()
         st.markdown(f"**Model:** {prof.name} ({origin}, {prof.num_layers} layers)")
         st.number_input("devices", *LIMITS["devices"], key=bound("devices"), step=1)
         commit("devices")
@@ -183,6 +208,10 @@ def sidebar() -> None:
             f"{prof.device.p2p_gbps:g} GB/s links; {prof.tokens_per_microbatch:,} tokens per "
             "micro-batch."
         )
+        cluster_state.sidebar(prof, int(ss["devices"]))
+        profile()  # checks the layout against this run's settings (sets ``cluster_error``)
+        if ss.get("cluster_error"):
+            st.error(ss["cluster_error"])
 
 
 def sync_query_params() -> str:
@@ -198,6 +227,7 @@ def sync_query_params() -> str:
     }
     if ss["profile_origin"] == "sample":
         want = {"sample": ss["sample"], **want}
+    want |= cluster_state.query_values()
     current = {k: st.query_params.get(k) for k in st.query_params}
     if current != want:
         st.query_params.from_dict(want)
@@ -206,7 +236,7 @@ def sync_query_params() -> str:
 
 # --------------------------------------------------------------------------------------------
 # Cached computations (keyed on plain data: frozen profile, JSON plan, numbers)
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def _cached_peer(profile: Profile, s: Settings) -> str:
     return analysis.plan_json(analysis.peer_plan(profile, s))
 
@@ -216,7 +246,7 @@ def cached_peer(profile: Profile, s: Settings) -> str:
     return _cached_peer(profile, _plan_shape(s))
 
 
-@st.cache_resource(show_spinner=False, max_entries=24)
+@st.cache_resource(show_spinner=False, max_entries=24, hash_funcs=HASH_FUNCS)
 def cached_sim(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
     """Metrics and timeline of a plan: one shared object per key, so **read-only** (a cached
     copy of a 65k-row timeline would cost more than the redraw budget)."""
@@ -230,19 +260,19 @@ def cached_plan(plan_js: str) -> Plan:
     return analysis.plan_from_json(plan_js)
 
 
-@st.cache_data(show_spinner=False, max_entries=24)
+@st.cache_data(show_spinner=False, max_entries=24, hash_funcs=HASH_FUNCS)
 def cached_memory_curves(profile: Profile, plan_js: str) -> pd.DataFrame:
     """Memory (GiB) per device over time; computed only when a page shows it."""
     return simulate(profile, analysis.plan_from_json(plan_js)).memory_curves()
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_metrics(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
     res = simulate(profile, analysis.plan_from_json(plan_js), cap)
     return analysis.summary_metrics(res)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_gantt(
     profile: Profile, plans: tuple[tuple[str, str], ...], cap: float, max_bars: int
 ) -> go.Figure:
@@ -254,7 +284,7 @@ def cached_gantt(
     return charts.compare_gantt_figure(titled, max_bars=max_bars, x_max_ms=x_max)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: float) -> go.Figure:
     sims = {name: cached_sim(profile, js, cap) for name, js in plans}
     x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())
@@ -262,12 +292,12 @@ def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: flo
     return charts.memory_figure(curves, cap, x_max_ms=x_max)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_baselines(profile: Profile, devices: int, mbs: int, chunks: int, cap: float) -> dict:
     return baselines(profile, devices, mbs, chunks, cap)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=HASH_FUNCS)
 def cached_sweep(
     profile: Profile, peers: tuple[str, ...], axis: str, values: tuple[int, ...], base: Settings
 ) -> pd.DataFrame:
@@ -275,6 +305,10 @@ def cached_sweep(
     for key in peers:
         sched, part = analysis.split_peer_key(key)
         for v in values:
+            try:  # a sweep over devices keeps the cluster layout (PP = v)
+                prof_v = cluster_data.redeploy(profile, v) if axis == "devices" else profile
+            except OctoPipeError:
+                continue
             s = Settings(
                 devices=v if axis == "devices" else base.devices,
                 microbatches=v if axis == "microbatches" else base.microbatches,
@@ -284,7 +318,7 @@ def cached_sweep(
                 memory_gib=base.memory_gib,
             )
             try:
-                res = simulate(profile, analysis.peer_plan(profile, s), base.memory_gib)
+                res = simulate(prof_v, analysis.peer_plan(prof_v, s), base.memory_gib)
             except OctoPipeError:
                 continue
             m = analysis.summary_metrics(res)
@@ -292,7 +326,7 @@ def cached_sweep(
     return pd.DataFrame(rows)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_data(show_spinner=False, max_entries=8, hash_funcs=HASH_FUNCS)
 def cached_job(profile: Profile, plan_js: str, folder: str) -> tuple[bytes, list[str]]:
     """The runnable job of a plan, zipped (see ``exporting.job_zip``)."""
     return exporting.job_zip(analysis.plan_from_json(plan_js), profile, folder)
@@ -330,12 +364,15 @@ def _plan_shape(s: Settings) -> Settings:
     return dataclasses.replace(s, memory_gib=None)
 
 
-def set_plan_edit(plan: Plan) -> None:
+def set_plan_edit(plan: Plan, source: str | None = None) -> None:
+    """Make ``plan`` the Plan page's plan for the current settings (``source`` names where it
+    came from when not from a hand edit)."""
     ss = st.session_state
     ss["plan_edit"] = {
         "settings": _plan_shape(settings()),
         "profile_version": ss["profile_version"],
         "plan": analysis.plan_json(plan),
+        **({"source": source} if source else {}),
     }
 
 
@@ -362,7 +399,7 @@ AUTO_TUNE_BUDGET_S = 3.0
 AUTO_TUNE_MAX_SIZE = 16 * 64  # devices x micro-batches tuned on a first visit
 
 
-@st.cache_data(show_spinner="tuning a plan (up to 3 s)…", max_entries=16)
+@st.cache_data(show_spinner="tuning a plan (up to 3 s)…", max_entries=16, hash_funcs=HASH_FUNCS)
 def cached_auto_tune(profile: Profile, devices: int, mbs: int, cap: float) -> str | None:
     """A quick tuner run (fixed seed and budget) for the landing page; None if unavailable."""
     tune, _ = tuning.load_tuner()

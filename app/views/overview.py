@@ -38,6 +38,8 @@ if len(names) == 2:
         "that fits the memory cap."
     )
     panels.metric_row(b, a)
+if prof.deployment is not None:
+    st.caption(panels.cluster_note(prof))
 panels.comparison(plans, key="overview_every_block")
 c1, c2, c3 = st.columns(3)
 c1.page_link("views/plan.py", label="Edit a plan by hand", icon=":material/build:")

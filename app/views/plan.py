@@ -39,7 +39,13 @@ edited = "plan_edit" in ss and ss["plan_edit"]["plan"] == js
 ref = None
 if edited:
     ref = state.cached_sim(prof, state.cached_peer(prof, s), s.memory_gib)["metrics"]
-st.subheader(f"{plan.name}" + (" (hand-edited; deltas against the peer plan)" if edited else ""))
+source = ss["plan_edit"].get("source") if edited else None
+note = (
+    f" (from {source}; deltas against the peer plan)"
+    if source
+    else " (hand-edited; deltas against the peer plan)"
+)
+st.subheader(f"{plan.name}" + (note if edited else ""))
 kept = ss.get("plan_edit")
 if kept and not edited:
     k = kept["settings"]
@@ -49,6 +55,8 @@ if kept and not edited:
         "here replaces it; download it first to keep both."
     )
 panels.metric_row(sim["metrics"], ref)
+if prof.deployment is not None:
+    st.caption(panels.cluster_note(prof))
 c1, c2 = st.columns(2)
 max_bars = charts.DEFAULT_MAX_BARS
 if len(sim["timeline"]) > max_bars:

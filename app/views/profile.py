@@ -60,7 +60,7 @@ else:
     ss.pop("upload_error", None)
     ss.pop("upload_token", None)
 
-prof = state.profile()
+prof = state.base_profile()
 origin = {"sample": "bundled sample", "upload": "uploaded", "edited": "edited in place"}
 st.subheader(f"{prof.name} ({origin[ss['profile_origin']]})")
 st.caption(

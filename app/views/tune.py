@@ -18,6 +18,9 @@ st.caption(
     f"devices, {s.microbatches} micro-batches, memory cap {s.memory_gib:g} GiB (change them in "
     "the sidebar)."
 )
+state.show_warnings()
+if prof.deployment is not None:
+    st.caption(panels.cluster_note(prof))
 tune_fn, why = tuning.load_tuner()
 if tune_fn is None:
     st.warning(
