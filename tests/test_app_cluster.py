@@ -359,3 +359,12 @@ def test_rank_and_scaling_figures() -> None:
     assert list(fig.data[1].y) == [12.0]
     assert len(cluster_data.rank_frame(rows)) == 3  # the table keeps every row
     assert cluster_data.gpu_choices(4, 32) == [4, 8, 16, 32]
+
+
+@pytest.mark.parametrize(
+    "page", ["overview", "plan", "tune", "compare", "export", "cluster", "layouts"]
+)
+def test_layout_too_large_for_the_cluster_on_every_page(page: str) -> None:
+    """64 devices on one 8-GPU node: every page says so in the page, none shows a traceback."""
+    at = start(page, cluster="1x8-h800", devices="64", microbatches="8")
+    assert any("needs 64 GPUs" in e.value for e in at.error)

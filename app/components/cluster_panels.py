@@ -107,7 +107,7 @@ def layout_view() -> None:
         f"between every pair of devices, no data parallelism): step "
         f"{flat['step_time_ms']:,.1f} ms, {flat['tokens_per_gpu_per_s']:,.0f} tokens/GPU/s. "
         "Tokens/GPU/s counts every GPU of the layout (replicas are identical). "
-        f"{analysis.BUBBLE_DEFINITION}."
+        f"Bubble: {analysis.BUBBLE_DEFINITION}."
     )
     with st.expander(f"Where each pipeline device runs ({dep.layout.order})"):
         panels.frame(cluster_data.placement_frame(dep))
