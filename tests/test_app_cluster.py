@@ -6,6 +6,7 @@ counts at 1 s each), the 16x8 sample for layouts.
 
 from __future__ import annotations
 
+import doctest
 import json
 from pathlib import Path
 
@@ -266,6 +267,20 @@ def test_compare_sweep_and_export_on_a_cluster() -> None:
     assert "Download plan (JSON, profile embedded)" in [b.label for b in at.download_button]
 
 
+def test_tune_on_a_cluster_keeps_its_plan_per_layout() -> None:
+    at = start("tune", cluster=C16, dp="4", devices="4", microbatches="8")
+    assert any("16x8-h800-ib400" in c.value for c in at.caption)
+    at.slider(key="tune_budget").set_value(1)
+    at.button(key="tune_go").click().run()
+    ok(at)
+    assert not at.error and at.session_state["tuned"]["plan"]
+    assert metric(at, "GPUs") == 16
+    # the tuned plan belongs to that layout: another DP degree asks for a new run
+    at.sidebar.number_input(key="_w_dp").set_value(2).run()
+    ok(at)
+    assert any("No tuned plan" in i.value for i in at.info)
+
+
 # --------------------------------------------------------------------------------------------
 # Pure helpers and charts
 def _cluster_timeline(devices: int = 8, mbs: int = 16) -> pd.DataFrame:
@@ -368,3 +383,8 @@ def test_layout_too_large_for_the_cluster_on_every_page(page: str) -> None:
     """64 devices on one 8-GPU node: every page says so in the page, none shows a traceback."""
     at = start(page, cluster="1x8-h800", devices="64", microbatches="8")
     assert any("needs 64 GPUs" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("module", [cluster_data, cluster_charts])
+def test_docstring_examples_of_the_cluster_helpers(module: object) -> None:
+    assert doctest.testmod(module).failed == 0  # type: ignore[arg-type]
