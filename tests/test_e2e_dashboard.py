@@ -232,3 +232,48 @@ def test_large_plan_draws(server: str, page: object) -> None:
     tip = page.locator(".hoverlayer .hovertext").first
     tip.wait_for()
     assert "micro-batch" in tip.text_content() and "layers" in tip.text_content()
+
+
+def docs_shot(page: object, name: str, **kw: object) -> None:
+    """Also save a screenshot for the README when ``OCTOPIPE_DOCS_SCREENSHOTS`` names a folder
+    (``OCTOPIPE_DOCS_SCREENSHOTS=docs/screenshots pytest tests/test_e2e_dashboard.py -k
+    cluster`` refreshes docs/screenshots/)."""
+    folder = os.environ.get("OCTOPIPE_DOCS_SCREENSHOTS")
+    if folder:
+        target = ROOT / folder
+        target.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(target / f"{name}.png"), **kw)
+
+
+def test_cluster_page_and_ranked_layouts(server: str, page: object) -> None:
+    page.goto(f"{server}/cluster?cluster=16x8-h800-ib400&dp=4&zero1=1&devices=8&microbatches=16")
+    wait_idle(page)
+    page.get_by_text("on TP1 x PP8 x DP4 zero1, 16x8-h800-ib400").wait_for()
+    charts_drawn(page, 1)
+    metrics = page.get_by_test_id("stMetricLabel").all_inner_texts()
+    assert {"GPUs", "exposed tail (ms)", "inter-node boundaries"} <= set(metrics)
+    # the timeline's legend names the inter-node transfers and the DP stream
+    legend = page.locator(".legendtext").all_text_contents()
+    assert "send activation (inter-node)" in legend and "DP gradient reduction" in legend
+    no_exception(page)
+    shot(page, "cluster")
+    docs_shot(page, "cluster-timeline", full_page=False)
+
+    nav(page, "Layouts")
+    page.get_by_role("button", name="Rank layouts").click()
+    page.get_by_text("Open the best plan in the Plan page").wait_for()
+    wait_idle(page)
+    page.get_by_text("layouts of 16 GPUs on 16x8-h800-ib400").wait_for()
+    assert page.get_by_test_id("stDataFrame").first.is_visible()
+    charts_drawn(page, 1)
+    assert page.get_by_text("throughput per layout").count() >= 1
+    no_exception(page)
+    shot(page, "layouts")
+    docs_shot(page, "cluster", full_page=False)
+
+    page.get_by_role("button", name="Open the best plan in the Plan page").click()
+    page.get_by_text("from the layout ranking").wait_for()
+    wait_idle(page)
+    assert "dp=" in page.url and "cluster=16x8-h800-ib400" in page.url
+    charts_drawn(page, 1)
+    no_exception(page)

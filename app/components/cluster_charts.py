@@ -27,7 +27,7 @@ def rank_figure(rows: list[dict[str, Any]], max_bars: int = MAX_BARS) -> go.Figu
     """
     shown = [r for r in rows if r.get("step_time_ms") is not None][:max_bars]
     labels = bar_labels(shown)
-    tok = np.array([float(r["tokens_per_gpu_per_s"]) for r in shown])
+    tok = [float(r["tokens_per_gpu_per_s"]) for r in shown]
     fits = [bool(r["fits_memory"]) for r in shown]
     extra = np.empty((len(shown), 4), dtype=object)
     for i, r in enumerate(shown):
@@ -41,7 +41,7 @@ def rank_figure(rows: list[dict[str, Any]], max_bars: int = MAX_BARS) -> go.Figu
         fig.add_trace(
             go.Bar(
                 x=[labels[i] for i in idx],
-                y=tok[idx],
+                y=[tok[i] for i in idx],
                 name=name,
                 marker={"color": color},
                 customdata=extra[idx],

@@ -151,8 +151,8 @@ RANK_COLUMNS = {
     "tokens_per_gpu_per_s": "tokens/GPU/s",
     "peak_memory_gib": "peak memory (GiB)",
     "fits_memory": "fits",
-    "tuned": "tuned",
     "why": "why (if it does not fit)",
+    "tuned": "tuned",
 }
 
 

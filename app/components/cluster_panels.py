@@ -87,14 +87,15 @@ def download(c: Cluster) -> None:
 def layout_view() -> None:
     """The Plan page's plan on the cluster: metrics (against the same plan on the flat
     network), where each device runs, and the timeline with its comm and DP lanes."""
-    prof, s = state.profile(), state.settings()
+    prof = state.profile()
+    cap = float(st.session_state["memory_gib"])
     dep = prof.deployment
     if dep is None:  # the layout does not fit: show_warnings says why
         return
     try:
         js = state.current_plan_js()
-        sim = state.cached_sim(prof, js, s.memory_gib)
-        flat = state.cached_sim(state.base_profile(), js, s.memory_gib)["metrics"]
+        sim = state.cached_sim(prof, js, cap)
+        flat = state.cached_sim(state.base_profile(), js, cap)["metrics"]
     except OctoPipeError as e:
         st.error(str(e))
         return
@@ -107,14 +108,14 @@ def layout_view() -> None:
         f"between every pair of devices, no data parallelism): step "
         f"{flat['step_time_ms']:,.1f} ms, {flat['tokens_per_gpu_per_s']:,.0f} tokens/GPU/s. "
         "Tokens/GPU/s counts every GPU of the layout (replicas are identical). "
-        f"{analysis.BUBBLE_DEFINITION}."
+        f"Bubble: {analysis.BUBBLE_DEFINITION}."
     )
     with st.expander(f"Where each pipeline device runs ({dep.layout.order})"):
         panels.frame(cluster_data.placement_frame(dep))
     max_bars = charts.DEFAULT_MAX_BARS
     if len(sim["timeline"]) > max_bars:
         max_bars = panels.every_block_toggle("cluster_every_block")
-    fig = state.cached_gantt(prof, ((plan.name, js),), s.memory_gib, max_bars)
+    fig = state.cached_gantt(prof, ((plan.name, js),), cap, max_bars)
     st.caption(
         "Each device: compute lane (the optimizer step at the end), then its transfers (dark "
         "colours: across nodes), then its data-parallel stream (gradient reductions and "

@@ -137,13 +137,10 @@ def query_values() -> dict[str, str]:
     }
 
 
-def _label(name: str) -> str:
-    if name == NONE:
-        return "none (flat network)"
-    if name == CUSTOM:
-        c = st.session_state.get("cluster_custom")
-        return f"custom: {c.name}" if c is not None else "custom"
-    return name
+def _labels(options: list[str]) -> dict[str, str]:
+    custom = st.session_state.get("cluster_custom")
+    names = {NONE: "none (flat network)", CUSTOM: f"custom: {getattr(custom, 'name', '')}"}
+    return {o: names.get(o, o) for o in options}
 
 
 def sidebar(profile: Profile, devices: int) -> None:
@@ -157,10 +154,11 @@ def sidebar(profile: Profile, devices: int) -> None:
         ss.setdefault(f"_w_{name}", ss[name])
     if ss["_w_cluster"] not in options:
         ss["_w_cluster"] = NONE
+    labels = _labels(options)
     st.selectbox(
         "cluster",
         options,
-        format_func=_label,
+        format_func=labels.__getitem__,
         key="_w_cluster",
         help="Upload or edit a cluster on the Cluster page. 'none' plans one pipeline on the "
         "profile's flat link.",
