@@ -1,9 +1,11 @@
-"""``octopipe profile``: measure per-layer costs with torch and write a profile file."""
+"""``octopipe profile``: measure per-layer costs with torch and write a profile file (the
+user's own layers with ``--model``, else the stand-ins)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from octopipe_core.errors import OctoPipeError
@@ -12,19 +14,26 @@ from octopipe_core.errors import OctoPipeError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "profile",
-        help="measure F/B/W time and memory of layer families with torch",
-        description="Measure the stand-in layer of each family (forward, input-grad backward, "
-        "weight-grad backward, activation and weight memory) and write octopipe.profile/v1.",
+        help="measure F/B/W time and memory of your layers (or the stand-ins) with torch",
+        description="Measure each layer type of your model (--model module:function) or of the "
+        "stand-in layers: forward, input-grad backward, weight-grad backward, activation, "
+        "parameter, gradient and optimizer memory; write octopipe.profile/v1.",
     )
     p.add_argument(
         "--layers",
-        required=True,
         metavar="TYPES",
         help="comma-separated layers in model order: family, name=family, with *N repeats, "
         "e.g. embedding,mamba2=mamba*4,attention,mlp,lm_head",
     )
-    p.add_argument("--hidden", type=int, required=True, metavar="H")
-    p.add_argument("--seq", type=int, required=True, metavar="S")
+    p.add_argument(
+        "--model",
+        default="",
+        metavar="MODULE:FUNCTION",
+        help="your model hook (builds the layers asked for; see the README), e.g. "
+        "octopipe_core.executor.hf:llama_tiny; default: the stand-in layers",
+    )
+    p.add_argument("--hidden", type=int, metavar="H")
+    p.add_argument("--seq", type=int, metavar="S")
     p.add_argument("--microbatch-size", type=int, default=1, metavar="B")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
@@ -35,11 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="measured")
     p.add_argument("--p2p-gbps", type=float, default=50.0)
     p.add_argument("--p2p-latency-us", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, metavar="FILE")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    for k in ("layers", "hidden", "seq"):
+        if getattr(args, k) is None:
+            raise OctoPipeError(f"profile: --{k} is required; fix: e.g. --layers "
+                                "embedding,mamba*2,lm_head --hidden 64 --seq 128")  # fmt: skip
     for k in ("hidden", "seq", "microbatch_size", "repeats", "vocab", "threads"):
         if getattr(args, k) < 1:
             raise OctoPipeError(f"profile: --{k.replace('_', '-')}: must be >= 1; fix: use 1+")
@@ -57,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         vocab=args.vocab,
         microbatch_size=args.microbatch_size,
         dtype=args.dtype,
+        seed=args.seed,
     )
+    if args.model:
+        print(f"profiling {len(layers)} layers of {args.model} on {args.device}", flush=True)
     data = profile_layers(
         layers,
         st,
@@ -67,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         args.name,
         args.p2p_gbps,
         args.p2p_latency_us,
+        model=args.model,
+        progress=lambda msg: print(f"  measuring {msg}", file=sys.stderr, flush=True),
     )
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     prof = load_profile(args.out)
@@ -75,6 +94,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  {t.name:<18} F {t.forward_ms:8.3f} ms  B {t.backward_input_ms:8.3f} ms  "
             f"W {t.backward_weight_ms:8.3f} ms  act {t.activation_mib:8.3f} MiB  "
-            f"weights {t.weight_mib:8.3f} MiB"
+            f"weights+grads+AdamW {t.weight_mib:8.3f} MiB"
         )
     return 0
