@@ -14,11 +14,12 @@ backward + AdamW's state after a step, each measured. The last layer's F include
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -81,7 +82,7 @@ def _timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[float, Any]
     return (time.perf_counter() - t) * 1e3, r
 
 
-def _nbytes(ts: list[torch.Tensor]) -> float:
+def _nbytes(ts: Sequence[torch.Tensor]) -> float:
     seen: dict[int, int] = {}
     for t in ts:
         if t.device.type != "meta":
@@ -150,7 +151,7 @@ def measure_module(
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            tf, out = _timed(lambda x=x: fwd(x), sync)
+            tf, out = _timed(functools.partial(fwd, x), sync)
         g = None if out.dim() == 0 else torch.randn_like(out)
         store: list[Any] = []
 
@@ -161,7 +162,7 @@ def measure_module(
         tb, _ = _timed(bwd, sync)
         stash = [t for item in store for t in item[1:3] if isinstance(t, torch.Tensor)]
         stash_mib = _nbytes([t for t in stash if t.untyped_storage().data_ptr() not in params])
-        tw, _ = _timed(lambda store=store: apply_weight_grads(store), sync)
+        tw, _ = _timed(functools.partial(apply_weight_grads, store), sync)
         if i == warmup + repeats - 1:
             p_mib, g_mib, o_mib = weight_memory_mib(layer)
         layer.zero_grad(set_to_none=True)
