@@ -1,9 +1,13 @@
-"""``octopipe profile``: measure per-layer costs with torch and write a profile file."""
+"""``octopipe profile``: measure per-layer costs with torch and write a profile file (the
+user's own layers with ``--model``, else the stand-ins); with ``--links``, measure the
+point-to-point links between ranks and write a cluster file."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from octopipe_core.errors import OctoPipeError
@@ -12,19 +16,28 @@ from octopipe_core.errors import OctoPipeError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "profile",
-        help="measure F/B/W time and memory of layer families with torch",
-        description="Measure the stand-in layer of each family (forward, input-grad backward, "
-        "weight-grad backward, activation and weight memory) and write octopipe.profile/v1.",
+        help="measure F/B/W time and memory of your layers (or the stand-ins) with torch",
+        description="Measure each layer type of your model (--model module:function) or of the "
+        "stand-in layers: forward, input-grad backward, weight-grad backward, activation, "
+        "parameter, gradient and optimizer memory; write octopipe.profile/v1. With --links: "
+        "measure point-to-point bandwidth and latency between ranks (under torchrun, or "
+        "--nproc local gloo processes) and write octopipe.cluster/v1.",
     )
     p.add_argument(
         "--layers",
-        required=True,
         metavar="TYPES",
         help="comma-separated layers in model order: family, name=family, with *N repeats, "
         "e.g. embedding,mamba2=mamba*4,attention,mlp,lm_head",
     )
-    p.add_argument("--hidden", type=int, required=True, metavar="H")
-    p.add_argument("--seq", type=int, required=True, metavar="S")
+    p.add_argument(
+        "--model",
+        default="",
+        metavar="MODULE:FUNCTION",
+        help="your model hook (builds the layers asked for; see the README), e.g. "
+        "octopipe_core.executor.hf:llama_tiny; default: the stand-in layers",
+    )
+    p.add_argument("--hidden", type=int, metavar="H")
+    p.add_argument("--seq", type=int, metavar="S")
     p.add_argument("--microbatch-size", type=int, default=1, metavar="B")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
@@ -35,11 +48,89 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="measured")
     p.add_argument("--p2p-gbps", type=float, default=50.0)
     p.add_argument("--p2p-latency-us", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, metavar="FILE")
+    g = p.add_argument_group("links (--links)")
+    g.add_argument("--links", action="store_true", help="measure the links, write a cluster file")
+    g.add_argument("--nproc", type=int, default=2, help="local gloo processes (not torchrun)")
+    g.add_argument(
+        "--sizes-mib",
+        default="",
+        metavar="LIST",
+        help="message sizes, comma-separated (default 4 bytes, 0.0625, 1, 4, 16)",
+    )
+    g.add_argument("--iters", type=int, default=10, help="round trips per message size")
+    g.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    g.add_argument(
+        "--cluster",
+        metavar="FILE|SAMPLE",
+        help="write this cluster with its link figures replaced by the measured ones",
+    )
+    g.add_argument(
+        "--simulate-nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split the local processes into N pretend nodes (to try the inter-node path)",
+    )
     p.set_defaults(func=run)
 
 
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def run_links(args: argparse.Namespace) -> int:
+    """``--links``: measure under torchrun, or spawn ``--nproc`` local gloo processes."""
+    from octopipe_core.cluster import load_cluster, resolve_cluster
+    from octopipe_core.executor.links import (
+        DEFAULT_SIZES_MIB,
+        LinksJob,
+        run_links_local,
+        run_links_torchrun,
+    )
+
+    try:
+        sizes = tuple(float(v) for v in args.sizes_mib.split(",") if v.strip())
+    except ValueError:
+        raise OctoPipeError(
+            f"profile --sizes-mib {args.sizes_mib!r}: not numbers; fix: e.g. 0.001,1,16"
+        ) from None
+    if any(v <= 0 for v in sizes) or args.iters < 1:
+        raise OctoPipeError("profile --links: sizes and --iters must be > 0; fix: e.g. 1,16")
+    base = resolve_cluster(args.cluster) if args.cluster else None
+    job = LinksJob(
+        out=args.out,
+        sizes_mib=sizes or DEFAULT_SIZES_MIB,
+        iters=args.iters,
+        name=args.name,
+        base=base,
+        simulate_nodes=args.simulate_nodes,
+    )
+    if under_torchrun():
+        if run_links_torchrun(job, args.backend) is None:
+            return 0  # not rank 0
+    else:
+        if args.backend == "nccl":
+            raise OctoPipeError("profile --links: nccl needs torchrun; fix: run under torchrun")
+        run_links_local(job, args.nproc)
+    c = load_cluster(args.out)
+    print(f"wrote {args.out}: {c.nodes} node(s) x {c.gpus_per_node} rank(s)")
+    for link in (c.intra_node, c.inter_node):
+        print(
+            f"  {link.name:<32} {link.bandwidth_gbytes_per_s:10.3f} GB/s  "
+            f"{link.latency_us:10.2f} us"
+        )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.links:
+        return run_links(args)
+    for k in ("layers", "hidden", "seq"):
+        if getattr(args, k) is None:
+            raise OctoPipeError(f"profile: --{k} is required; fix: e.g. --layers "
+                                "embedding,mamba*2,lm_head --hidden 64 --seq 128")  # fmt: skip
     for k in ("hidden", "seq", "microbatch_size", "repeats", "vocab", "threads"):
         if getattr(args, k) < 1:
             raise OctoPipeError(f"profile: --{k.replace('_', '-')}: must be >= 1; fix: use 1+")
@@ -57,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
         vocab=args.vocab,
         microbatch_size=args.microbatch_size,
         dtype=args.dtype,
+        seed=args.seed,
     )
+    if args.model:
+        print(f"profiling {len(layers)} layers of {args.model} on {args.device}", flush=True)
     data = profile_layers(
         layers,
         st,
@@ -67,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         args.name,
         args.p2p_gbps,
         args.p2p_latency_us,
+        model=args.model,
+        progress=lambda msg: print(f"  measuring {msg}", file=sys.stderr, flush=True),
     )
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     prof = load_profile(args.out)
@@ -75,6 +171,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  {t.name:<18} F {t.forward_ms:8.3f} ms  B {t.backward_input_ms:8.3f} ms  "
             f"W {t.backward_weight_ms:8.3f} ms  act {t.activation_mib:8.3f} MiB  "
-            f"weights {t.weight_mib:8.3f} MiB"
+            f"weights+grads+AdamW {t.weight_mib:8.3f} MiB"
         )
     return 0

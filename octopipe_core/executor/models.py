@@ -67,15 +67,17 @@ def apply_weight_grads(store: list[tuple[Any, ...]]) -> None:
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> Any:
-        ctx.save_for_backward(x, w)
-        ctx.bias = b
+        ctx.save_for_backward(x)
+        # The parameters themselves, not saved tensors: under saved-tensor hooks (the
+        # profiler's) an unpacked weight is an alias whose .grad would be lost.
+        ctx.weight, ctx.bias = w, b
         out = x @ w.t()
         return out + b if b is not None else out
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> Any:
-        x, w = ctx.saved_tensors
-        b = ctx.bias
+        (x,) = ctx.saved_tensors
+        w, b = ctx.weight, ctx.bias
         gx = g @ w if ctx.needs_input_grad[0] else None
         if not (w.requires_grad or (b is not None and b.requires_grad)):
             return gx, None, None

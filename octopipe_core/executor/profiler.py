@@ -1,31 +1,40 @@
-"""Measure per-layer costs of the stand-in layers with torch and write an ``octopipe.profile/v1``.
+"""Measure per-layer costs with torch and write an ``octopipe.profile/v1``: the user's own
+layers (a model hook, ``executor/hooks.py``) or the stand-in layers.
 
-Per layer type: F (forward), B (input-gradient backward, weight gradients deferred) and W (the
-deferred weight gradients) as medians over ``repeats`` after ``warmup`` runs; memory from what
-autograd saves (``saved_tensors_hooks``, parameters excluded): ``activation_mib`` = saved by F,
-``w_stash_mib`` = kept by B for W, ``output_mib`` = the layer's output, ``weight_mib`` =
-parameters x 4 (weights, gradients and two optimizer moments, same dtype). The LM head's
-F includes the cross-entropy loss and its output is not sent (``output_mib`` 0).
+Layers are built one at a time and each is fed the previous layer's real output. Per layer
+type (measured on its first layer): F (forward), B (input-gradient backward, weight gradients
+deferred) and W (the deferred weight gradients) as medians over ``repeats`` after ``warmup``
+runs; memory from what autograd saves (``saved_tensors_hooks``; parameters, buffers and the
+input excluded): ``activation_mib`` = held by F for backward, ``w_stash_mib`` = kept by B for
+W, ``output_mib`` = the layer's output; ``weight_mib`` = parameters + their gradients after a
+backward + AdamW's state after a step, each measured. The last layer's F includes the loss
+(cross-entropy after an ``lm_head``, else mean square) and its output is not sent
+(``output_mib`` 0). CUDA times are taken between ``torch.cuda.synchronize`` calls.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.hooks import is_per_stage, resolve_hook
 from octopipe_core.executor.models import (
     ModelSettings,
     apply_weight_grads,
+    build_layers,
     defer_weight_grads,
-    standin_layer,
+    loss_fn,
+    make_batch,
 )
 from octopipe_core.profile import FAMILIES, FORMAT, Profile
 
@@ -35,10 +44,12 @@ MIB = 2.0**20
 def parse_layers(spec: str) -> list[tuple[str, str]]:
     """``"embedding,mamba2=mamba*3,lm_head"`` -> [(type name, family), ...] per layer.
 
-    >>> parse_layers("embedding,m=mamba*2,lm_head")
-    [('embedding', 'embedding'), ('m', 'mamba'), ('m', 'mamba'), ('lm_head', 'lm_head')]
+    >>> parse_layers("embedding,m=mamba*2,attention,m,lm_head")  # doctest: +NORMALIZE_WHITESPACE
+    [('embedding', 'embedding'), ('m', 'mamba'), ('m', 'mamba'), ('attention', 'attention'),
+     ('m', 'mamba'), ('lm_head', 'lm_head')]
     """
     out: list[tuple[str, str]] = []
+    known: dict[str, str] = {}
     for raw in spec.split(","):
         item = raw.strip()
         if not item:
@@ -50,7 +61,8 @@ def parse_layers(spec: str) -> list[tuple[str, str]]:
                 raise OctoPipeError(f"--layers: bad repeat in {raw!r}; fix: write type*N, N >= 1")
             count = int(n)
         name, _, fam = item.partition("=")
-        fam = fam or name
+        fam = fam or known.get(name, name)  # a name defined earlier keeps its family
+        known[name] = fam
         if fam not in FAMILIES:
             raise OctoPipeError(
                 f"--layers: {raw!r}: unknown family {fam!r}; fix: use name=family with family "
@@ -70,7 +82,7 @@ def _timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[float, Any]
     return (time.perf_counter() - t) * 1e3, r
 
 
-def _nbytes(ts: list[torch.Tensor]) -> float:
+def _nbytes(ts: Sequence[torch.Tensor]) -> float:
     seen: dict[int, int] = {}
     for t in ts:
         if t.device.type != "meta":
@@ -78,36 +90,57 @@ def _nbytes(ts: list[torch.Tensor]) -> float:
     return sum(seen.values()) / MIB
 
 
-def measure_layer(
-    family: str, st: ModelSettings, device: torch.device, repeats: int = 10, warmup: int = 2
-) -> dict[str, float]:
-    """Costs of one stand-in layer of ``family`` at ``st``'s sizes on ``device``."""
-    torch.manual_seed(st.seed)
-    layer = standin_layer(family, st).to(device=device, dtype=st.torch_dtype())
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    shape = (st.microbatch_size, st.seq)
-    tgt = torch.randint(0, st.vocab, shape, device=device)
+def _storages(ts: Any) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in ts if t.device.type != "meta"}
+
+
+def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
+    """Parameter, gradient and AdamW-state memory of ``layer`` (MiB), measured: the gradients
+    it holds after a backward, the optimizer's state after one step (``lr`` 0: no change)."""
+    params = [p for p in layer.parameters() if p.requires_grad]
+    p_mib = _nbytes(params)
+    g_mib = _nbytes([p.grad for p in params if p.grad is not None])
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    opt = torch.optim.AdamW(params, lr=0.0)
+    opt.step()
+    state = [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
+    o_mib = _nbytes([t for t in state if t.dim() > 0])  # (the scalar step counters aside)
+    return p_mib, g_mib, o_mib
+
+
+def measure_module(
+    layer: nn.Module,
+    family: str,
+    x_in: torch.Tensor,
+    st: ModelSettings,
+    device: torch.device,
+    target: torch.Tensor | None = None,
+    repeats: int = 10,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """Costs of one layer on its real input ``x_in`` (see the module doc). ``target``: the
+    layer is the last one and its F includes the loss against it."""
+    if repeats < 1 or warmup < 0:
+        raise OctoPipeError("profile: --repeats must be >= 1 and --warmup >= 0; fix: e.g. 10, 2")
+    params = _storages([*layer.parameters(), *layer.buffers()])
+    p_mib = g_mib = o_mib = 0.0
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def make_input() -> torch.Tensor:
-        if family == "embedding":
-            return torch.randint(0, st.vocab, shape, device=device)
-        x = torch.randn(*shape, st.hidden, device=device, dtype=st.torch_dtype())
-        return x.requires_grad_(True)
-
     def fwd(x: torch.Tensor) -> torch.Tensor:
         out = layer(x)
-        if family == "lm_head":
-            return F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1))
-        return out
+        return loss_fn(out, target, st, 1) if target is not None else out
 
     fs, bs, ws, acts, stashes = [], [], [], [], []
     out_mib = 0.0
     for i in range(warmup + repeats):
-        x = make_input()
+        x = x_in.detach().clone()
+        if x.is_floating_point():
+            x.requires_grad_(True)
         saved: list[torch.Tensor] = []
 
         def pack(
@@ -118,7 +151,7 @@ def measure_layer(
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            tf, out = _timed(lambda x=x: fwd(x), sync)
+            tf, out = _timed(functools.partial(fwd, x), sync)
         g = None if out.dim() == 0 else torch.randn_like(out)
         store: list[Any] = []
 
@@ -129,7 +162,9 @@ def measure_layer(
         tb, _ = _timed(bwd, sync)
         stash = [t for item in store for t in item[1:3] if isinstance(t, torch.Tensor)]
         stash_mib = _nbytes([t for t in stash if t.untyped_storage().data_ptr() not in params])
-        tw, _ = _timed(lambda store=store: apply_weight_grads(store), sync)
+        tw, _ = _timed(functools.partial(apply_weight_grads, store), sync)
+        if i == warmup + repeats - 1:
+            p_mib, g_mib, o_mib = weight_memory_mib(layer)
         layer.zero_grad(set_to_none=True)
         if i >= warmup:
             fs.append(tf)
@@ -137,19 +172,19 @@ def measure_layer(
             ws.append(tw)
             acts.append(_nbytes(saved))
             stashes.append(stash_mib)
-            out_mib = 0.0 if family == "lm_head" else out.numel() * out.element_size() / MIB
-    wbytes = sum(p.numel() * p.element_size() for p in layer.parameters()) / MIB
+            out_mib = 0.0 if target is not None else out.numel() * out.element_size() / MIB
     med = statistics.median
     act = med(acts)
     return {
-        "family": family,  # type: ignore[dict-item]
+        "family": family,
         "forward_ms": round(med(fs), 6),
         "backward_input_ms": round(med(bs), 6),
         "backward_weight_ms": round(med(ws), 6),
         "activation_mib": round(act, 6),
-        "weight_mib": round(4 * wbytes, 6),
+        "weight_mib": round(p_mib + g_mib + o_mib, 6),
         "output_mib": round(out_mib, 6),
         "w_stash_mib": round(min(med(stashes), act), 6),
+        "_memory_mib": (p_mib, g_mib, o_mib),
     }
 
 
@@ -173,8 +208,13 @@ def profile_layers(
     name: str = "measured",
     p2p_gbps: float = 50.0,
     p2p_latency_us: float = 10.0,
+    model: str = "",
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure each distinct layer type once; returns the profile as a dict (validated)."""
+    """Measure each distinct layer type once, on its first layer; returns the profile as a
+    dict (validated). ``model``: a model hook ``module:function`` (``executor/hooks.py``), else
+    the stand-in layers. Layers are built one at a time (a per-stage hook builds only that
+    layer) and fed the previous layer's real output."""
     if device == "cuda" and not torch.cuda.is_available():
         raise OctoPipeError("profile: --device cuda but no CUDA device; fix: use --device cpu")
     dev = (
@@ -182,11 +222,36 @@ def profile_layers(
         if device == "cuda"
         else torch.device("cpu")
     )
+    families = [f for _, f in layers]
+    names = [t for t, _ in layers]
+    st = replace(st, factory=model).resolved(families)
+    whole: list[nn.Module | None] | None = None
+    if model and not is_per_stage(resolve_hook(model)):
+        whole = build_layers(families, st, names=names)  # whole-model form: built once
+    x, y = make_batch(st, 1)
+    h: torch.Tensor = x[0].to(dev)
+    target = y[0].to(dev)
     types: dict[str, dict[str, Any]] = {}
-    for tname, fam in layers:
+    memory: dict[str, tuple[float, float, float]] = {}
+    for i, (tname, fam) in enumerate(layers):
+        layer = whole[i] if whole is not None else build_layers(families, st, {i}, names=names)[i]
+        assert layer is not None
+        layer.to(dev)
+        last = i == len(layers) - 1
         if tname not in types:
-            types[tname] = measure_layer(fam, st, dev, repeats, warmup)
+            if progress is not None:
+                progress(f"layer {i} ({tname}, {fam})")
+            row = measure_module(layer, fam, h, st, dev, target if last else None, repeats, warmup)
+            memory[tname] = row.pop("_memory_mib")
+            types[tname] = row
+        if not last:
+            with torch.no_grad():
+                h = layer(h)
+        if whole is not None:
+            whole[i] = None
+        del layer
     dname, mem = device_info(dev)
+    what = f"model {model}" if model else "stand-in layers"
     data = {
         "format": FORMAT,
         "name": name,
@@ -198,11 +263,14 @@ def profile_layers(
             "p2p_latency_us": p2p_latency_us,
         },
         "layer_types": types,
-        "layers": [t for t, _ in layers],
+        "layers": names,
         "source": (
-            f"measured by octopipe profile (torch {torch.__version__}, {dname}, "
+            f"measured by octopipe profile ({what}; torch {torch.__version__}, {dname}, "
             f"{torch.get_num_threads()} threads): hidden {st.hidden}, seq {st.seq}, "
-            f"micro-batch {st.microbatch_size}, {st.dtype}, median of {repeats}"
+            f"micro-batch {st.microbatch_size}, {st.dtype}, median of {repeats}; weight_mib = "
+            "parameters + gradients + AdamW state, measured ("
+            + "; ".join(f"{t} {p:.3g}+{g:.3g}+{o:.3g} MiB" for t, (p, g, o) in memory.items())
+            + ")"
         ),
     }
     Profile.from_dict(data, "measured profile")  # validate
