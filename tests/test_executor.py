@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from octopipe_core.executor.data import config_batches  # noqa: E402
 from octopipe_core.executor.export import make_config  # noqa: E402
 from octopipe_core.executor.harness import run_local  # noqa: E402
 from octopipe_core.executor.models import ModelSettings  # noqa: E402
@@ -116,7 +117,7 @@ def _run_and_compare(cs: list[tuple[str, Plan, dict[str, Any]]], world: int) -> 
         prof = _profile_for(plan)
         st = ModelSettings.from_dict(cfg["model"])
         fams = [lt.family for lt in prof.layer_costs()]
-        ref_loss, ref_grads = reference_run(fams, st, plan.num_microbatches)
+        ref_loss, ref_grads = reference_run(fams, st, plan.num_microbatches, config_batches(cfg))
         diff, missing = compare_grads(res["grads"], ref_grads)
         if missing or diff > 1e-10 or abs(res["losses"][0] - ref_loss) > 1e-12:
             failures.append(

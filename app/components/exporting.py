@@ -9,10 +9,13 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import re
 import tempfile
 import zipfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from octopipe_core.plan import Plan
 from octopipe_core.profile import Profile
@@ -30,14 +33,96 @@ def exporter() -> tuple[ModuleType | None, str]:
     return export, ""
 
 
-def job_zip(plan: Plan, profile: Profile, folder: str) -> tuple[bytes, list[str]]:
+_HOOK = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
+DATA_KINDS = {"synthetic": "synthetic (learnable)", "tokens": "token file", "hook": "data hook"}
+
+
+@dataclass
+class JobSettings:
+    """The Export page's training-job settings (what ``octopipe export`` flags set)."""
+
+    model_hook: str = ""  # module:function building this rank's layers; "" = stand-in layers
+    data: str = "synthetic"  # "synthetic" | "tokens" | "hook"
+    token_path: str = ""
+    token_dtype: str = "uint16"
+    data_hook: str = ""
+    steps: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    checkpoint_every: int = 0
+    dp: int = 1
+    zero1: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def errors(self) -> list[str]:
+        """One line per bad field (nothing is imported or read: hooks and files are checked
+        where the job runs)."""
+        out = []
+        if self.model_hook and not _HOOK.match(self.model_hook):
+            out.append(
+                f"model hook {self.model_hook!r}: expected module:function; fix: e.g. mymodel:build"
+            )
+        if self.data == "tokens" and not self.token_path.strip():
+            out.append("token file: empty; fix: give the path of the token file on the cluster")
+        if self.data == "hook" and not _HOOK.match(self.data_hook):
+            out.append(
+                f"data hook {self.data_hook!r}: expected module:function; fix: e.g. mydata:batch"
+            )
+        if self.zero1 and self.dp < 2:
+            out.append("ZeRO-1 with DP 1: nothing to shard; fix: set DP to 2 or more")
+        return out
+
+    def export_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``export_job`` for these settings."""
+        data: dict[str, Any] = {"kind": self.data}
+        if self.data == "tokens":
+            data.update(path=self.token_path.strip(), token_dtype=self.token_dtype)
+        elif self.data == "hook":
+            data["hook"] = self.data_hook
+        return {
+            "model": {"factory": self.model_hook} if self.model_hook else None,
+            "runtime": {"steps": self.steps},
+            "layout": {"dp": self.dp, "zero1": self.zero1},
+            "data": data,
+            "train": {
+                "lr": self.lr,
+                "min_lr": min(self.lr, 1e-4),
+                "weight_decay": self.weight_decay,
+                "clip": self.clip,
+            },
+            "checkpoint": {"every": self.checkpoint_every},
+        }
+
+    def cli(self, plan_file: str = "plan.json") -> str:
+        """The ``octopipe export`` command that writes the same job."""
+        parts = ["octopipe export", plan_file, "--out job/", f"--steps {self.steps}"]
+        if self.model_hook:
+            parts.append(f"--model {self.model_hook}")
+        if self.data == "tokens":
+            parts.append(f"--data {self.token_path.strip()} --token-dtype {self.token_dtype}")
+        elif self.data == "hook":
+            parts.append(f"--data-hook {self.data_hook}")
+        parts.append(f"--lr {self.lr:g} --weight-decay {self.weight_decay:g} --clip {self.clip:g}")
+        if self.checkpoint_every:
+            parts.append(f"--checkpoint-every {self.checkpoint_every}")
+        parts.append(f"--dp {self.dp}" + (" --zero1" if self.zero1 else ""))
+        return " ".join(parts)
+
+
+def job_zip(
+    plan: Plan, profile: Profile, folder: str, settings: JobSettings | None = None
+) -> tuple[bytes, list[str]]:
     """The job folder written by ``export_job``, zipped under ``folder/``; and its file list."""
     mod, why = exporter()
     if mod is None:
         raise RuntimeError(why)
+    kwargs = settings.export_kwargs() if settings is not None else {}
     with tempfile.TemporaryDirectory() as td:
         out = Path(td) / folder
-        mod.export_job(plan, profile, out)
+        mod.export_job(plan, profile, out, **kwargs)
         buf = io.BytesIO()
         names = []
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:

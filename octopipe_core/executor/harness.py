@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from octopipe_core.executor.runtime import execute
+from octopipe_core.executor.train import execute
 
 
 def free_port() -> int:
@@ -35,6 +35,8 @@ def _worker(
     steps: int,
     warmup: int,
     timeout_s: float,
+    record: tuple[str, ...],
+    job_dirs: list[str | None],
 ) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -46,8 +48,8 @@ def _worker(
         timeout=timedelta(seconds=timeout_s),
     )
     results = []
-    for cfg in configs:
-        res = execute(cfg, torch.device("cpu"), steps, warmup)
+    for cfg, jd in zip(configs, job_dirs, strict=True):
+        res = execute(cfg, torch.device("cpu"), steps, warmup, job_dir=jd, record=record)
         if rank == 0:
             results.append(res)
     if rank == 0:
@@ -62,13 +64,18 @@ def run_local(
     steps: int = 1,
     warmup: int = 0,
     timeout_s: float = 60.0,
+    record: tuple[str, ...] = ("grads",),
+    job_dirs: list[str | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Results (rank 0's merged dicts) of each config, run on ``world`` local gloo ranks."""
+    """Results (rank 0's merged dicts) of each config, run on ``world`` local gloo ranks
+    (``world`` = pp x dp of every config); ``job_dirs``: each config's job folder (data,
+    checkpoints), or None."""
+    dirs = job_dirs if job_dirs is not None else [None] * len(configs)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.pt")
         mp.spawn(
             _worker,
-            args=(world, free_port(), configs, out, steps, warmup, timeout_s),
+            args=(world, free_port(), configs, out, steps, warmup, timeout_s, record, dirs),
             nprocs=world,
             join=True,
         )

@@ -20,14 +20,16 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from octopipe_core.errors import OctoPipeError
+from octopipe_core.dp_sync import last_weight_actions
 from octopipe_core.executor.checker import check_lowered
 from octopipe_core.executor.lowering import LoweredPlan, Op, lowered_from_strings
 from octopipe_core.executor.models import (
@@ -88,9 +90,12 @@ class PipelineExecutor:
         rank: int,
         device: torch.device,
         timeout_s: float = 45.0,
+        peers: list[int] | None = None,
     ) -> None:
         self.lp, self.plan = lowered, lowered.plan
         self.rank, self.device, self.timeout = rank, device, timedelta(seconds=timeout_s)
+        # global rank of each pipeline device of this replica (identity with one replica)
+        self.peers = list(peers) if peers is not None else list(range(self.plan.num_devices))
         self.st = settings.resolved(families)
         self.S, self.M = self.plan.num_stages, self.plan.num_microbatches
         self.ops = lowered.ranks[rank]
@@ -104,7 +109,13 @@ class PipelineExecutor:
         x, y = make_batch(self.st, self.M)
         self.x, self.y = x.to(device), y.to(device)
         self.shapes: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}
-        self.fault = _fault_point(rank)
+        self.fault = _fault_point(self.peers[rank])
+        # the plan's last W/BW of each local stage: its gradients are final after that op
+        self.grads_done = {
+            self.plan.schedule[d][i]: s
+            for s, (d, i) in last_weight_actions(self.plan).items()
+            if d == rank
+        }
 
         self.sync = device.type == "cuda"
         # NCCL runs a pair's sends and receives in order on one stream: post each run of
@@ -128,7 +139,21 @@ class PipelineExecutor:
 
     def _peer(self, op: Op) -> int:
         m = self.lp.messages[op.message_key()]
-        return m.dst if op.kind.startswith("SEND") else m.src
+        return self.peers[m.dst if op.kind.startswith("SEND") else m.src]
+
+    def set_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """This step's inputs and targets ``[microbatch][microbatch_size, seq, ...]``."""
+        self.x, self.y = x.to(self.device), y.to(self.device)
+
+    def stage_params(self, s: int) -> list[tuple[str, nn.Parameter]]:
+        """``(name, parameter)`` of stage ``s``'s layers, in layer order."""
+        lo, hi = self.plan.partition[s]
+        return [
+            (f"{i}.{n}", p)
+            for i in range(lo, hi)
+            if self.layers[i] is not None
+            for n, p in self.layers[i].named_parameters()  # type: ignore[union-attr]
+        ]
 
     def _wait(self, work: Any, what: str) -> None:
         try:
@@ -147,6 +172,7 @@ class PipelineExecutor:
             else:
                 prev = self.plan.placement[s - 1]
                 if prev != self.rank:
+                    prev = self.peers[prev]
                     work = dist.irecv(hdr, src=prev)
                     self._wait(work, f"shape exchange with rank {prev}")
                     dt = _DTYPES[int(hdr[0])]
@@ -160,6 +186,7 @@ class PipelineExecutor:
             self.shapes[s] = (tuple(out.shape), out.dtype)
             nxt = self.plan.placement[s + 1]
             if nxt != self.rank:
+                nxt = self.peers[nxt]
                 h = torch.zeros(10, dtype=torch.int64, device=self.device)
                 h[0], h[1] = _DTYPES.index(out.dtype), out.dim()
                 h[2 : 2 + out.dim()] = torch.tensor(out.shape)
@@ -170,8 +197,14 @@ class PipelineExecutor:
             p.grad = None
 
     # ---- one step -------------------------------------------------------------------------
-    def step(self, step_idx: int = 0) -> StepResult:
-        """Run this rank's list once; returns the local loss share and op records."""
+    def step(
+        self, step_idx: int = 0, on_grads_done: Callable[[int], None] | None = None
+    ) -> StepResult:
+        """Run this rank's list once; returns the local loss share and op records.
+
+        ``on_grads_done(stage)`` is called right after the plan's last W (or BW) of each local
+        stage, when that stage's gradients are final (the data-parallel reduction starts
+        there)."""
         self.zero_grad()
         acts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         local: dict[tuple[str, int, int], torch.Tensor] = {}  # same-rank hand-offs
@@ -247,6 +280,10 @@ class PipelineExecutor:
             if self.sync and not op.is_comm:
                 torch.cuda.synchronize(self.device)
             records.append(OpRecord(step_idx, str(op), t0, time.perf_counter(), wait))
+            if on_grads_done is not None and k in ("W", "BW"):
+                done = self.grads_done.get(op.action)
+                if done is not None:
+                    on_grads_done(done)
             if len(sends) > 8:
                 sends = [x for x in sends if not x[0].is_completed()]
         if pending:
@@ -336,64 +373,3 @@ def init_distributed(backend: str, timeout_s: float) -> tuple[int, int, torch.de
     if not dist.is_initialized():
         dist.init_process_group(be, timeout=timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size(), device
-
-
-def execute(
-    cfg: dict[str, Any], device: torch.device, steps: int = 1, warmup: int = 0
-) -> dict[str, Any] | None:
-    """Run a config on an initialised process group; rank 0 gets the gathered result."""
-    rt = cfg.get("runtime", {})
-    plan, prof, lp, st = config_parts(cfg)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world != plan.num_devices:
-        raise OctoPipeError(
-            f"executor: the plan needs {plan.num_devices} ranks, the job has {world}; "
-            f"fix: launch with --nproc-per-node {plan.num_devices} (or matching nodes)"
-        )
-    if dist.get_backend() == "nccl" and not cfg.get("nccl_safe", True):
-        raise OctoPipeError(
-            f"executor: this plan's comm order is not safe on NCCL ({cfg.get('nccl_problem')}); "
-            "fix: run it with --backend gloo"
-        )
-    families = [lt.family for lt in prof.layer_costs()]
-    ex = PipelineExecutor(lp, families, st, rank, device, float(rt.get("timeout_s", 45)))
-    ex.infer_shapes()
-    results: list[StepResult] = []
-    for i in range(warmup + steps):
-        dist.barrier()
-        results.append(ex.step(i))
-    mine = {
-        "rank": rank,
-        "losses": [r.loss for r in results],
-        "steps": [(r.start, r.end) for r in results],
-        "records": [(r.step, r.op, r.start, r.end, r.wait) for res in results for r in res.records],
-        "grads": ex.grads(),
-    }
-    gathered: list[Any] = [None] * world if rank == 0 else []
-    dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
-    if rank != 0:
-        return None
-    return merge_results(gathered, warmup)
-
-
-def merge_results(parts: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    """Combine per-rank results: loss per step, step times, op records, all gradients."""
-    n = len(parts[0]["steps"])
-    losses = [sum(p["losses"][i] or 0.0 for p in parts) for i in range(n)]
-    step_ms = [
-        (max(p["steps"][i][1] for p in parts) - min(p["steps"][i][0] for p in parts)) * 1e3
-        for i in range(n)
-    ]
-    grads: dict[str, torch.Tensor] = {}
-    for p in parts:
-        grads.update(p["grads"])
-    records = [(p["rank"], *r) for p in parts for r in p["records"]]
-    step_starts = [min(p["steps"][i][0] for p in parts) for i in range(n)]
-    return {
-        "losses": losses,
-        "step_ms": step_ms,
-        "step_starts": step_starts,
-        "warmup": warmup,
-        "records": records,
-        "grads": grads,
-    }

@@ -40,8 +40,14 @@ def sim_trace(result: Any) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": "simulated"}}
 
 
-def records_trace(records: list[tuple[Any, ...]], t0: float | None = None) -> dict[str, Any]:
-    """Trace of executed op records ``(rank, step, op, start_s, end_s, wait_s)``."""
+def records_trace(
+    records: list[tuple[Any, ...]],
+    t0: float | None = None,
+    tail: list[tuple[Any, ...]] | None = None,
+) -> dict[str, Any]:
+    """Trace of executed op records ``(rank, step, op, start_s, end_s, wait_s)``; ``tail``:
+    ``(rank, step, name, start_s, end_s)`` of DP reductions (``<stage>DP``, from launch to the
+    end of its wait) and optimizer steps (``OPT``), on a third thread of each rank."""
     if not records:
         return {"traceEvents": []}
     base = min(r[3] for r in records) if t0 is None else t0
@@ -68,6 +74,19 @@ def records_trace(records: list[tuple[Any, ...]], t0: float | None = None) -> di
                 "ph": "X",
                 "pid": rank,
                 "tid": 1 if comm else 0,
+                "ts": (start - base) * 1e6,
+                "dur": max(0.0, (end - start) * 1e6),
+                "args": {"step": step},
+            }
+        )
+    for rank, step, name, start, end in tail or []:
+        events.append(
+            {
+                "name": name,
+                "cat": "dp",
+                "ph": "X",
+                "pid": rank,
+                "tid": 2,
                 "ts": (start - base) * 1e6,
                 "dur": max(0.0, (end - start) * 1e6),
                 "args": {"step": step},

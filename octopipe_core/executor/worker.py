@@ -1,7 +1,9 @@
 """Worker entry point under torchrun: ``python -m octopipe_core.executor.worker CONFIG``.
 
-Rank 0 writes ``result.json`` (losses, step times, op records), ``grads.pt`` and
-``trace_executed.json`` into ``--out`` (default: the config's folder).
+Trains the job (``train.execute``; the job folder is the config's folder: data paths,
+checkpoints, STOP/CHECKPOINT files). Rank 0 writes ``result.json`` (losses, step times, op
+records), ``trace_executed.json`` and, with ``--grads``, ``grads.pt`` (the first step's reduced
+gradients) into ``--out`` (default: ``<job>/out``).
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from octopipe_core.executor.runtime import PeerError, execute, init_distributed
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.runtime import PeerError, init_distributed
 from octopipe_core.executor.trace import records_trace, write_trace
+from octopipe_core.executor.train import execute, install_signal_handler
 
 
 def write_outputs(res: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    torch.save(res["grads"], out / "grads.pt")
-    summary = {k: v for k, v in res.items() if k != "grads"}
+    if res["grads"]:
+        torch.save(res["grads"], out / "grads.pt")
+    summary = {k: v for k, v in res.items() if k not in ("grads", "params_by_replica")}
     (out / "result.json").write_text(json.dumps(summary))
-    write_trace(records_trace(res["records"]), out / "trace_executed.json")
+    write_trace(records_trace(res["records"], tail=res["tail"]), out / "trace_executed.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--backend", default=None)
+    ap.add_argument("--grads", action="store_true", help="write the first step's gradients")
+    ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
     args = ap.parse_args(argv)
     cfg = json.loads(Path(args.config).read_text())
     rt = cfg.setdefault("runtime", {})
@@ -51,25 +58,39 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {cores[local % len(cores)]})
     steps = args.steps if args.steps is not None else int(rt.get("steps", 1))
     warmup = args.warmup if args.warmup is not None else int(rt.get("warmup", 0))
+    install_signal_handler()
+    job = Path(args.config).resolve().parent
+    out = Path(args.out) if args.out else job / "out"
     try:
-        res = execute(cfg, device, steps, warmup)
+        res = execute(
+            cfg,
+            device,
+            steps,
+            warmup,
+            job_dir=job,
+            out_dir=out,
+            record=("grads",) if args.grads else (),
+            resume=False if args.no_resume else None,
+        )
     except PeerError as e:
         print(f"octopipe worker: error: {e}", file=sys.stderr, flush=True)
         os._exit(3)  # do not wait in the process-group teardown for a dead peer
-    except Exception as e:  # a peer error raised while posting, or a model error
+    except Exception as e:  # a peer error raised while posting, a model or data error
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(
             f"octopipe worker: error: rank {rank}: {type(e).__name__}: {msg}",
             file=sys.stderr,
             flush=True,
         )
-        traceback.print_exc()
+        if not isinstance(e, OctoPipeError):
+            traceback.print_exc()
         os._exit(3)
     if rank == 0 and res is not None:
-        write_outputs(res, Path(args.out) if args.out else Path(args.config).parent)
+        write_outputs(res, out)
         print(
             f"octopipe worker: losses {res['losses']} "
-            f"step_ms {[round(x, 2) for x in res['step_ms']]}"
+            f"step_ms {[round(x, 2) for x in res['step_ms']]}",
+            flush=True,
         )
     dist.destroy_process_group()
     return 0

@@ -1,0 +1,94 @@
+"""Checkpoints of a training job with ``torch.distributed.checkpoint`` (DCP).
+
+Layout: ``<dir>/step_000012/`` (DCP files + ``octopipe.json``: step, layout, partition) and
+``<dir>/latest`` (the name of the newest complete checkpoint, written by rank 0 after every
+rank has saved). Every rank saves its stages' parameters (``model.<layer>.<name>``), the master
+copies and the optimizer state (``master.s<stage>``, ``optim.s<stage>.<state>``; under ZeRO-1
+one key per shard, ``...s<stage>.dp<replica>...``). Tensors that replicas hold identically share
+a key and are written once.
+
+Checkpoints are taken every ``every`` steps, at the end of a run (when ``every > 0``), and on
+request: a file ``CHECKPOINT`` (checkpoint and go on) or ``STOP`` (checkpoint and stop) in the job
+folder, or ``SIGUSR1`` to a worker. A multi-node job needs ``dir`` on a shared file system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from octopipe_core.errors import OctoPipeError
+
+STOP_FILE, CHECKPOINT_FILE = "STOP", "CHECKPOINT"
+
+
+def latest(ckpt_dir: Path) -> Path | None:
+    """The newest complete checkpoint folder, or None."""
+    ptr = ckpt_dir / "latest"
+    if not ptr.is_file():
+        return None
+    path = ckpt_dir / ptr.read_text().strip()
+    if not (path / "octopipe.json").is_file():
+        raise OctoPipeError(
+            f"checkpoint {path}: missing octopipe.json (incomplete checkpoint); fix: point "
+            f"{ptr} at a complete step folder, or run with --no-resume"
+        )
+    return path
+
+
+def save(
+    ckpt_dir: Path, step: int, state: dict[str, torch.Tensor], meta: dict[str, Any], keep: int
+) -> Path:
+    """Collective: every rank saves ``state`` at ``step``; rank 0 then updates ``latest``."""
+    import torch.distributed.checkpoint as dcp
+
+    path = ckpt_dir / f"step_{step:06d}"
+    if dist.get_rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    dcp.save({**state, "step": torch.tensor([step], dtype=torch.int64)}, checkpoint_id=str(path))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        (path / "octopipe.json").write_text(json.dumps({**meta, "step": step}) + "\n")
+        tmp = ckpt_dir / "latest.tmp"
+        tmp.write_text(path.name + "\n")
+        os.replace(tmp, ckpt_dir / "latest")
+        if keep > 0:
+            old = sorted(p for p in ckpt_dir.glob("step_*") if p.is_dir() and p != path)
+            for p in old[: max(0, len(old) - (keep - 1))]:
+                shutil.rmtree(p, ignore_errors=True)
+    dist.barrier()
+    return path
+
+
+def load(path: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> int:
+    """Collective: load ``state`` in place from ``path``; returns the checkpoint's step.
+    ``meta`` (layout, partition) must match the one saved."""
+    import torch.distributed.checkpoint as dcp
+
+    saved = json.loads((path / "octopipe.json").read_text())
+    for key, want in meta.items():
+        if saved.get(key) != want:
+            raise OctoPipeError(
+                f"checkpoint {path}: field '{key}': saved {saved.get(key)!r}, this job has "
+                f"{want!r}; fix: resume with the same plan and layout, or run with --no-resume"
+            )
+    step = torch.zeros(1, dtype=torch.int64)
+    dcp.load({**state, "step": step}, checkpoint_id=str(path))
+    return int(step[0])
+
+
+def requested(job_dir: Path) -> tuple[bool, bool]:
+    """``(stop, checkpoint)`` requested through the job folder's STOP / CHECKPOINT files."""
+    return (job_dir / STOP_FILE).exists(), (job_dir / CHECKPOINT_FILE).exists()
+
+
+def clear_requests(job_dir: Path) -> None:
+    for name in (STOP_FILE, CHECKPOINT_FILE):
+        (job_dir / name).unlink(missing_ok=True)

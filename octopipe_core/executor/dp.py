@@ -1,0 +1,203 @@
+"""Data parallelism and the optimizer step of one rank: flat buffers per stage.
+
+Each local stage owns one flat buffer of its parameters' gradients (in the master dtype:
+float32 for bf16/fp16 models, else the model's), padded to a multiple of the DP degree.
+
+* ``launch(stage)`` (called by the runtime right after the plan's last W of that stage)
+  flattens the gradients and starts the reduction over the stage's DP group asynchronously:
+  an all-reduce, or under ZeRO-1 a reduce-scatter that leaves each replica its shard;
+* ``wait()`` (before the optimizer) waits for every reduction and divides by DP (gradients are
+  averaged: the losses are means over each replica's micro-batches);
+* ``step(lr, clip_coef)``: the optimizer updates the flat master copy (the whole buffer, or
+  under ZeRO-1 this replica's shard with its shard of the optimizer state), then writes the
+  parameters back (ZeRO-1: after an all-gather of the updated shards).
+
+The gradient norm for clipping sums each element once: over the pipeline group (non-ZeRO:
+replicas hold identical gradients) or over the whole job (ZeRO-1: shards).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.settings import OptimSettings
+
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+@dataclass
+class StageBuffer:
+    """Flat buffers of one local stage."""
+
+    stage: int
+    names: list[str]
+    params: list[torch.nn.Parameter]
+    numel: int
+    shard: int  # elements per replica (padded numel / dp)
+    master: torch.Tensor  # full flat copy, or this replica's shard under ZeRO-1
+    grad: torch.Tensor | None = None  # reduced (full, or shard), set by launch/wait
+    work: Any = None
+    launched_at: float = 0.0
+
+
+class DataParallel:
+    """Gradient reduction and optimizer of one rank's stages (see the module docstring)."""
+
+    def __init__(
+        self,
+        stage_params: dict[int, list[tuple[str, torch.nn.Parameter]]],
+        dp: int,
+        dp_rank: int,
+        dp_group: Any,
+        norm_group: Any,
+        zero1: bool,
+        settings: OptimSettings,
+        timeout_s: float = 45.0,
+    ) -> None:
+        self.dp, self.dp_rank, self.group, self.norm_group = dp, dp_rank, dp_group, norm_group
+        self.zero1 = zero1 and dp > 1
+        self.o = settings
+        self.timeout = timedelta(seconds=timeout_s)
+        self.buffers: dict[int, StageBuffer] = {}
+        self.tail: list[tuple[str, float, float]] = []  # (name, start_s, end_s) of this step
+        for s, named in sorted(stage_params.items()):
+            if not named:
+                continue
+            params = [p for _, p in named]
+            mdt = torch.float32 if params[0].dtype in (torch.bfloat16, torch.float16) else None
+            mdt = mdt or params[0].dtype
+            numel = sum(p.numel() for p in params)
+            shard = -(-numel // dp)
+            full = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
+            torch.cat([p.detach().reshape(-1).to(mdt) for p in params], out=full[:numel])
+            master = full[dp_rank * shard : (dp_rank + 1) * shard].clone() if self.zero1 else full
+            self.buffers[s] = StageBuffer(s, [n for n, _ in named], params, numel, shard, master)
+        masters = [b.master for b in self.buffers.values()]
+        self.opt: torch.optim.Optimizer
+        if settings.optimizer == "sgd":
+            self.opt = torch.optim.SGD(masters, lr=settings.lr, weight_decay=settings.weight_decay)
+        else:
+            self.opt = torch.optim.AdamW(
+                masters,
+                lr=settings.lr,
+                betas=(settings.beta1, settings.beta2),
+                eps=settings.eps,
+                weight_decay=settings.weight_decay,
+            )
+            for m in masters:  # state exists from the start, so a checkpoint can load into it
+                self.opt.state[m] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(m),
+                    "exp_avg_sq": torch.zeros_like(m),
+                }
+
+    # ---- reduction ------------------------------------------------------------------------
+    def launch(self, stage: int) -> None:
+        """Flatten ``stage``'s gradients and start their reduction over DP (asynchronous)."""
+        b = self.buffers.get(stage)
+        if b is None or b.work is not None or b.grad is not None:
+            return
+        b.launched_at = time.perf_counter()
+        flat = torch.zeros(b.shard * self.dp, dtype=b.master.dtype, device=b.master.device)
+        grads = [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(flat.dtype)
+            for p in b.params
+        ]
+        torch.cat(grads, out=flat[: b.numel])
+        if self.dp == 1:
+            b.grad = flat
+        elif self.zero1:
+            b.grad = torch.empty(b.shard, dtype=flat.dtype, device=flat.device)
+            b.work = _REDUCE_SCATTER(b.grad, flat, group=self.group, async_op=True)
+        else:
+            b.grad = flat
+            b.work = dist.all_reduce(flat, group=self.group, async_op=True)
+
+    def wait(self) -> None:
+        """Wait for every reduction (launching any not yet started) and average over DP."""
+        for s, b in self.buffers.items():
+            self.launch(s)
+            if b.work is not None:
+                try:
+                    ok = b.work.wait(self.timeout)
+                except Exception as e:
+                    raise OctoPipeError(f"gradient reduction of stage {s} failed: {e}") from e
+                if ok is False:
+                    raise OctoPipeError(f"gradient reduction of stage {s} timed out")
+                b.work = None
+            if self.dp > 1:
+                assert b.grad is not None
+                b.grad.div_(self.dp)
+            self.tail.append((f"{s}DP", b.launched_at, time.perf_counter()))
+
+    def reduced_grads(self) -> dict[str, torch.Tensor]:
+        """The averaged gradients by parameter name (ZeRO-1: gathered from the shards)."""
+        out: dict[str, torch.Tensor] = {}
+        for b in self.buffers.values():
+            assert b.grad is not None, "call wait() first"
+            full = self._gather(b, b.grad) if self.zero1 else b.grad
+            off = 0
+            for n, p in zip(b.names, b.params, strict=True):
+                out[n] = full[off : off + p.numel()].view_as(p).to(p.dtype).detach().cpu().clone()
+                off += p.numel()
+        return out
+
+    def grad_norm(self) -> float:
+        """Global L2 norm of the averaged gradients (each element counted once)."""
+        dev = next(iter(self.buffers.values())).master.device if self.buffers else "cpu"
+        sq = torch.zeros(1, dtype=torch.float64, device=dev)
+        for b in self.buffers.values():
+            assert b.grad is not None
+            sq += b.grad.double().pow(2).sum()
+        if self.norm_group is not False:
+            dist.all_reduce(sq, group=self.norm_group)
+        return float(sq.sqrt())
+
+    # ---- optimizer ------------------------------------------------------------------------
+    def step(self, lr: float, clip_coef: float = 1.0) -> None:
+        """One optimizer step at ``lr`` on the (clipped) averaged gradients; clears them."""
+        t0 = time.perf_counter()
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        for b in self.buffers.values():
+            assert b.grad is not None
+            b.master.grad = b.grad if clip_coef == 1.0 else b.grad * clip_coef
+        self.opt.step()
+        for b in self.buffers.values():
+            full = self._gather(b, b.master) if self.zero1 else b.master
+            with torch.no_grad():
+                off = 0
+                for p in b.params:
+                    p.copy_(full[off : off + p.numel()].view_as(p))
+                    off += p.numel()
+            b.master.grad = None
+            b.grad = None
+        self.tail.append(("OPT", t0, time.perf_counter()))
+
+    def _gather(self, b: StageBuffer, shard: torch.Tensor) -> torch.Tensor:
+        full = torch.empty(b.shard * self.dp, dtype=shard.dtype, device=shard.device)
+        work = _ALL_GATHER(full, shard.contiguous(), group=self.group, async_op=True)
+        if work.wait(self.timeout) is False:
+            raise OctoPipeError(f"parameter all-gather of stage {b.stage} timed out")
+        return full
+
+    # ---- checkpoint state -----------------------------------------------------------------
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Master copies and optimizer state, keyed so that replicated tensors share a key
+        (saved once) and ZeRO-1 shards do not."""
+        out: dict[str, torch.Tensor] = {}
+        for s, b in self.buffers.items():
+            tag = f"s{s}.dp{self.dp_rank}" if self.zero1 else f"s{s}"
+            out[f"master.{tag}"] = b.master
+            for k, v in self.opt.state.get(b.master, {}).items():
+                if isinstance(v, torch.Tensor):
+                    out[f"optim.{tag}.{k}"] = v
+        return out
