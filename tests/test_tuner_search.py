@@ -133,8 +133,13 @@ def test_cli_tune_json_and_simulate_plan(tmp_path, capsys):
     assert rc == 0
     d = json.loads(cap.out)
     for key in ("step_time_ms", "lower_bound_ms", "fits_memory", "peak_memory_gib",
-                "search_time_s", "iterations", "plan", "baselines"):  # fmt: skip
+                "search_time_s", "iterations", "plan", "baselines", "best_bound_ms",
+                "gap_to_best_bound_pct", "bounds"):  # fmt: skip
         assert key in d
+    assert d["lower_bound_ms"] <= d["best_bound_ms"] <= d["step_time_ms"]
+    gap = 100 * (d["step_time_ms"] / d["best_bound_ms"] - 1)
+    assert d["gap_to_best_bound_pct"] == pytest.approx(gap, abs=1e-3)
+    assert d["bounds"]["best_ms"] == pytest.approx(d["best_bound_ms"], abs=1e-5)
     assert d["plan"] == str(out)
     assert set(d["baselines"]["1f1b/uniform"]) == {"step_time_ms", "fits_memory"}
     assert "zbv/balanced" in d["baselines"]
