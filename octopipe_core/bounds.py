@@ -21,6 +21,10 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
 * **granularity** (``granularity_ms``): layers are indivisible, so the busiest device holds at
   least the mean, the largest layer, and for each ``k`` ``k + 1`` times the ``(k p + 1)``-th
   largest layer (``k p + 1`` layers that large cannot all sit ``k`` to a device);
+* **packing** (``packing_ms``): the same, exactly: the smallest capacity ``C`` such that the
+  layers (few distinct costs: the model repeats its blocks) pack into ``p`` bins of size
+  ``C``, decided by a breadth-first search over the counts of each layer cost left, times
+  ``m``; skipped (0) when the search space is too large;
 * **contiguous** (``contiguous_ms``): for plans with one contiguous layer range per device
   (1F1B, ZB-H1/H2 and the ``seq`` family only): the exact minimum over such partitions of the
   largest ``start + m * load`` (fill and drain as above, plus one link latency per stage
@@ -89,6 +93,7 @@ class Bounds:
     layer_ms: float
     granularity_ms: float
     contiguous_ms: float | None = None
+    packing_ms: float = 0.0
 
     @property
     def universal(self) -> dict[str, float]:
@@ -98,6 +103,7 @@ class Bounds:
             "any_assignment": self.any_assignment_ms,
             "layer": self.layer_ms,
             "granularity": self.granularity_ms,
+            "packing": self.packing_ms,
         }
 
     @property
@@ -120,6 +126,7 @@ class Bounds:
             "any_assignment_ms": r(self.any_assignment_ms),
             "layer_ms": r(self.layer_ms),
             "granularity_ms": r(self.granularity_ms),
+            "packing_ms": r(self.packing_ms),
             "contiguous_ms": r(self.contiguous_ms),
             "best_ms": r(self.best_ms),
             "best": self.best_name,
@@ -183,7 +190,7 @@ def any_assignment_bound(lt: LayerTimes, devices: int, microbatches: int) -> flo
 def layer_bound(lt: LayerTimes, microbatches: int) -> float:
     """Each layer's work on one device, after its fill and (F, B) before its drain.
 
-    >>> layer_bound(LayerTimes([1, 1], [1, 1], [1, 1]), 1)  # one micro-batch: F F B B W
+    >>> layer_bound(LayerTimes([1.0, 1.0], [1.0, 1.0], [1.0, 1.0]), 1)  # F F B B W
     5.0
     """
     P, Q = lt.fill_ms(), lt.drain_ms()
@@ -209,6 +216,94 @@ def granularity_bound(layer_ms: list[float], devices: int, microbatches: int = 1
         lb = max(lb, (k + 1) * t[k * D])
         k += 1
     return lb * microbatches
+
+
+def _packs(
+    values: list[float], counts: list[int], bins: int, cap: float, limit: int
+) -> bool | None:
+    """Whether items of the given ``values`` (with ``counts``) fit in ``bins`` bins of size
+    ``cap``; None when the search would exceed ``limit`` element operations."""
+    import numpy as np
+
+    shape = tuple(c + 1 for c in counts)
+    size = int(np.prod(shape))
+    cfgs: list[tuple[int, ...]] = []
+
+    def gen(t: int, acc: float, cur: list[int]) -> bool:
+        if t == len(values):
+            if any(cur):
+                cfgs.append(tuple(cur))
+            return len(cfgs) * size * bins <= limit
+        k = 0
+        while k <= counts[t] and acc + k * values[t] <= cap * (1 + 1e-12):
+            cur.append(k)
+            ok = gen(t + 1, acc + k * values[t], cur)
+            cur.pop()
+            if not ok:
+                return False
+            k += 1
+        return True
+
+    if not gen(0, 0.0, []):
+        return None
+    reach = np.zeros(shape, dtype=bool)
+    reach[(0,) * len(shape)] = True
+    full = tuple(counts)
+    for _ in range(bins):
+        new = reach.copy()
+        for c in cfgs:
+            dst = tuple(slice(k, None) for k in c)
+            src = tuple(slice(0, n - k) for n, k in zip(shape, c, strict=True))
+            new[dst] |= reach[src]
+        reach = new
+        if reach[full]:
+            return True
+    return False
+
+
+def packing_bound(
+    layer_ms: list[float], devices: int, microbatches: int = 1, limit: int = 30_000_000
+) -> float:
+    """The exact smallest busiest-device compute over all assignments of indivisible layers
+    to ``devices`` devices (bisection on the capacity, relative tolerance 1e-6, the returned
+    value being infeasible hence a bound), times ``microbatches``; 0 if too large to decide.
+
+    Sixteen layers of 27 ms, twelve of 15.5, four of 11.1 and one of 14.3 on 16 devices: each
+    device holds one 27 ms layer, so one of them also gets two others (at least 22.2 ms):
+
+    >>> round(packing_bound([27.0] * 16 + [15.5] * 12 + [11.1] * 4 + [14.3], 16), 2)
+    49.2
+    """
+    vals: dict[float, int] = {}
+    for x in layer_ms:
+        k = round(x, 9)
+        vals[k] = vals.get(k, 0) + 1
+    values = sorted(vals, reverse=True)
+    counts = [vals[v] for v in values]
+    p = max(1, devices)
+    g = granularity_bound(layer_ms, p)  # nothing packs below it
+    lo = g * (1 + 1e-6)
+    ok = _packs(values, counts, p, lo, limit)
+    if ok is None:
+        return 0.0
+    if ok:
+        return g * microbatches
+    # a feasible capacity: longest-processing-time greedy
+    loads = [0.0] * p
+    for x in sorted(layer_ms, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += x
+    hi = max(loads)
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        ok = _packs(values, counts, p, mid, limit)
+        if ok is None:
+            break
+        if ok:
+            hi = mid
+        else:
+            lo = mid
+    return lo * microbatches
 
 
 def contiguous_bound(
@@ -257,4 +352,5 @@ def plan_bounds(
         layer_ms=layer_bound(lt, m),
         granularity_ms=granularity_bound(work, devices, m),
         contiguous_ms=cont,
+        packing_ms=packing_bound(work, devices, m),
     )

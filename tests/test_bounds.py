@@ -91,3 +91,25 @@ def test_best_bound_is_stronger_than_total_at_large_p():
     assert b.contiguous_ms is not None and b.contiguous_ms > b.best_ms
     d = b.to_dict()
     assert d["best_ms"] == pytest.approx(b.best_ms, abs=1e-5) and d["best"] == b.best_name
+
+
+def test_packing_bound_matches_brute_force_on_small_cases():
+    import random
+    from itertools import product
+
+    from octopipe_core.bounds import packing_bound
+
+    rng = random.Random(7)
+    for _ in range(25):
+        n, p = rng.randint(3, 7), rng.randint(2, 3)
+        layers = [rng.choice([1.0, 2.5, 3.0, 4.5]) for _ in range(n)]
+        best = float("inf")
+        for assign in product(range(p), repeat=n):
+            loads = [0.0] * p
+            for x, d in zip(layers, assign, strict=True):
+                loads[d] += x
+            best = min(best, max(loads))
+        got = packing_bound(layers, p, microbatches=3)
+        assert got <= 3 * best + 1e-9  # a bound
+        assert got >= 3 * best * (1 - 2e-6)  # and exact up to the bisection tolerance
+        assert got >= granularity_bound(layers, p, 3) - 1e-9
