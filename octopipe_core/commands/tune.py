@@ -113,6 +113,8 @@ def summary(res: TuneResult, name: str, out: str | None) -> str:
             "gap to bound",
             f"{100 * d['gap_to_bound']:.2f}%" if d["gap_to_bound"] is not None else "-",
         ],
+        [f"best_bound_ms ({d['best_bound']})", res.best_bound_ms],
+        ["gap to best bound", f"{res.gap_to_best_bound_pct:.2f}%"],
         ["fits_memory", res.fits_memory],
         ["max_peak_gib / cap", f"{max(res.peak_memory_gib):.2f} / {res.memory_cap_gib:g}"],
         ["best fitting peer", f"{bp[0]} {bp[1]:.2f} ms" if bp else "none fits"],

@@ -22,8 +22,11 @@ With ``busy_d`` the compute time of device ``d`` and ``d*`` the busiest device,
 
 from __future__ import annotations
 
+from octopipe_core.bounds import granularity_bound
 from octopipe_core.plan import Action
 from octopipe_core.simulator import SimResult
+
+__all__ = ["bubble_breakdown", "explain_gap", "granularity_bound"]
 
 
 def bubble_breakdown(r: SimResult) -> dict[str, float]:
@@ -58,27 +61,6 @@ def bubble_breakdown(r: SimResult) -> dict[str, float]:
         "interior": max(0.0, interior),
         "comm": comm,
     }
-
-
-def granularity_bound(layer_ms: list[float], devices: int, microbatches: int = 1) -> float:
-    """A proven lower bound on the busiest device's compute, layers being indivisible.
-
-    Whatever the partition and placement, every layer lands whole on one device, so the
-    busiest device holds at least the mean, the largest layer, and, for each ``k``, ``k + 1``
-    times the ``(k·devices + 1)``-th largest layer (``k·devices + 1`` layers that large cannot
-    all sit ``k`` to a device). Times ``microbatches``.
-
-    >>> granularity_bound([1.0] * 9, 4)  # 9 equal layers on 4 devices: some device gets 3
-    3.0
-    """
-    t = sorted(layer_ms, reverse=True)
-    n, D = len(t), max(1, devices)
-    lb = max(sum(t) / D, t[0] if t else 0.0)
-    k = 1
-    while k * D < n:
-        lb = max(lb, (k + 1) * t[k * D])
-        k += 1
-    return lb * microbatches
 
 
 def explain_gap(

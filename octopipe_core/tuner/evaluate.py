@@ -21,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from octopipe_core.bounds import LayerTimes
 from octopipe_core.costs import StageCosts, layer_times_ms, stage_costs
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.fill_partition import FillModel, FillResult, solve_fill
 from octopipe_core.plan import Action, Plan
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
@@ -112,6 +114,9 @@ class Evaluator:
         self._costs: dict[tuple[tuple[int, int], ...], StageCosts] = {}
         self._ls_cache: dict[tuple[Any, ...], float] = {}
         self._pruned: dict[tuple[Any, ...], float] = {}
+        hops = sorted(self.hop_ms[:-1]) or [0.0]
+        self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
+        self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
         self.pruned = 0
@@ -145,6 +150,37 @@ class Evaluator:
         return finish_fn(
             self.weights, self.fwd_ms, self.hop_ms, placement, self.devices, self.microbatches
         )
+
+    def fill_model(self, memory: bool = False, inflight: float = 1.0) -> FillModel:
+        """The fill-aware partitioning model of this problem; with ``memory``, each device
+        must also fit its weights plus ``inflight`` x the 1F1B depth of activations."""
+        if not memory:
+            return self.fill
+        layers = self.profile.layer_costs()
+        dep = self.profile.deployment
+        wt = [lt.weight_mib if dep is None else dep.static_mib(lt.weight_mib) for lt in layers]
+        act = [inflight * lt.activation_mib for lt in layers]
+        return self.fill.with_memory(wt, act, self.cap_gib * 1024.0)
+
+    def fill_partition(
+        self,
+        placement: list[int],
+        start: Partition | None = None,
+        memory: bool = False,
+        inflight: float = 1.0,
+    ) -> FillResult:
+        """The fill-aware partition of ``placement`` (``fill_partition.solve_fill``): exact
+        for nested placements (seq, V, folds), a descent from ``start`` otherwise. Cached."""
+        key = (tuple(placement), memory, inflight, None if start is None else tuple(start))
+        res = self._fill_cache.get(key)
+        if res is None:
+            res = solve_fill(self.fill_model(memory, inflight), placement, start)
+            if res.exact:  # the answer does not depend on the start
+                for k in (key, (*key[:3], None)):
+                    self._fill_cache[k] = res
+            else:
+                self._fill_cache[key] = res
+        return res
 
     # ---- building candidates ------------------------------------------------------------
     def from_order(

@@ -6,7 +6,10 @@ per stage). Families the tuner starts from:
 * ``seq``: one stage per device (1F1B, ZB-H1/H2);
 * ``loop{v}``: ``v`` virtual stages per device, stage ``s`` on device ``s % p`` (interleaved);
 * ``v``: two stages per device in a V (``d`` and ``2p-1-d``, ZB-V, DualPipeV);
-* ``zigzag{v}``: ``v`` stages per device, the V repeated (down, up, down, ...).
+* ``zigzag{v}``: ``v`` stages per device, the V repeated (down, up, down, ...);
+* ``fold{r}``: one stage per device in a row, then ``r`` more back on devices ``r-1 .. 0``
+  (a V folded only on its first ``r`` devices: the devices that start early get more work;
+  the irregular layouts of large ``p``, where a full V has more stages than layers).
 
 ``balance_partition`` moves boundary layers, one at a time or in chains, from the most loaded
 device towards the least loaded one until no move lowers the busiest device's load.
@@ -40,7 +43,30 @@ def family_placement(family: str, devices: int) -> list[int]:
     if family.startswith("zigzag"):
         v = int(family[6:])
         return [s % p if (s // p) % 2 == 0 else p - 1 - s % p for s in range(v * p)]
+    if family.startswith("fold"):
+        r = int(family[4:])
+        if not 0 <= r <= p:
+            raise ValueError(f"layout family {family!r}: fold depth must be 0..{p}")
+        return [*range(p), *range(r - 1, -1, -1)]
     raise ValueError(f"unknown layout family {family!r}")
+
+
+def fold_families(devices: int, num_layers: int, count: int = 4) -> list[str]:
+    """Up to ``count`` fold depths strictly between ``seq`` and ``v`` that fit the layers,
+    spread evenly, the deepest first.
+
+    >>> fold_families(8, 12)
+    ['fold4', 'fold3', 'fold2', 'fold1']
+    >>> fold_families(64, 120, 3)
+    ['fold56', 'fold37', 'fold19']
+    """
+    top = min(devices - 1, num_layers - devices)
+    if top < 1:
+        return []
+    if top <= count:
+        return [f"fold{r}" for r in range(top, 0, -1)]
+    step = top / count
+    return [f"fold{round(top - k * step)}" for k in range(count)]
 
 
 def family_stages(family: str, devices: int) -> int:

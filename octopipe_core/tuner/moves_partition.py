@@ -53,9 +53,9 @@ def partition_proposals(ev: Evaluator, inc: Candidate, limit: int = 8) -> list[P
     out: list[Proposal] = []
     fin_fn = ev.finish_fn(place)
     full = balance_partition(ev.weights, part, place, D)
-    fin = balance_partition(ev.weights, full, place, D, fin_fn)
+    fill = ev.fill_partition(place, start=part).partition or full
     seen = {tuple(part)}
-    for new, desc in ((full, "rebalance device loads"), (fin, "rebalance device finish times")):
+    for new, desc in ((full, "rebalance device loads"), (fill, "fill-aware partition")):
         if tuple(new) not in seen:
             seen.add(tuple(new))
             out.append(proposal("partition", desc, _bind(ev, inc, new)))

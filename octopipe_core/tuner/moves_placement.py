@@ -1,7 +1,9 @@
 """Placement moves: finer units and different stage-to-device maps to cut start-up/drain bubbles.
 
-* **family switch**: re-plan the model as ``seq``, ``v``, ``loop{v}`` or ``zigzag{v}`` (stage
-  dispersion into virtual stages, loop and V shapes), with a device-balanced partition;
+* **family switch**: re-plan the model as ``seq``, ``v``, ``loop{v}``, ``zigzag{v}`` or
+  ``fold{r}`` (stage dispersion into virtual stages, loop, V and partly folded V shapes), with
+  the exact fill-aware partition (``fill_partition.py``: the slowest device's earliest start
+  plus load is minimal) and, for the regular families, the device-balanced one too;
 * **split**: cut one stage in two and put the new half on another device (irregular layouts);
 * **merge**: join two adjacent stages that sit on the same device (saves a transfer);
 * **swap**: exchange the devices of two stages (e.g. move a memory-hungry block to a device
@@ -31,6 +33,7 @@ from octopipe_core.tuner.layouts import (
     device_loads,
     family_partition,
     family_placement,
+    fold_families,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
 
@@ -47,6 +50,9 @@ def family_of(placement: list[int], devices: int) -> str | None:
     for fam in FAMILIES:
         if family_placement(fam, devices) == placement:
             return fam
+    r = len(placement) - devices
+    if 0 < r < devices and placement == family_placement(f"fold{r}", devices):
+        return f"fold{r}"
     return None
 
 
@@ -59,19 +65,32 @@ def _layout(
 
 
 def family_proposals(ev: Evaluator, current: str | None = None) -> list[Proposal]:
-    """One proposal per layout family that fits the model's layer count."""
+    """Per layout family that fits the model's layer count: its exact fill-aware partition
+    (computed when the proposal is built), then the device-balanced one."""
     out = []
-    for fam in FAMILIES:
+    n = ev.profile.num_layers
+    for fam in (*FAMILIES, *fold_families(ev.devices, n)):
         place = family_placement(fam, ev.devices)
-        if fam == current or len(place) > ev.profile.num_layers:
+        if fam == current or len(place) > n:
             continue
-        part = family_partition(ev.weights, fam, ev.devices)
-        out.append(proposal("placement", f"switch to {fam}", _layout(ev, part, place, FAM_POL)))
-        fin = balance_partition(ev.weights, part, place, ev.devices, ev.finish_fn(place))
-        if fin != part:
-            desc = f"switch to {fam} (fill-aware partition)"
-            out.append(proposal("placement", desc, _layout(ev, fin, place, FAM_POL)))
+        out.append(proposal("placement", f"switch to {fam}", _fill_layout(ev, place)))
+        if fam in FAMILIES:
+            part = family_partition(ev.weights, fam, ev.devices)
+            desc = f"switch to {fam} (device-balanced partition)"
+            out.append(proposal("placement", desc, _layout(ev, part, place, FAM_POL)))
     return out
+
+
+def _fill_layout(
+    ev: Evaluator, place: list[int], policies: tuple | None = FAM_POL
+) -> Callable[[], Candidate | None]:
+    def build() -> Candidate | None:
+        res = ev.fill_partition(place)
+        if res.partition is None:
+            return None
+        return _layout(ev, res.partition, place, policies)()
+
+    return build
 
 
 def _split(part: Partition, s: int, weights: list[float]) -> Partition | None:

@@ -34,12 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from octopipe_core.bounds import Bounds, plan_bounds
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Plan
 from octopipe_core.profile import Profile
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult
-from octopipe_core.tuner.diagnose import bubble_breakdown, explain_gap, granularity_bound
+from octopipe_core.tuner.diagnose import bubble_breakdown, explain_gap
 from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, better
 from octopipe_core.tuner.layouts import FAMILIES, device_loads, family_partition, family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES, list_schedule
@@ -93,6 +94,7 @@ class TuneResult:
     why: str = ""
     balance_ms: float = 0.0
     granularity_ms: float = 0.0
+    bounds: Bounds | None = None
 
     @property
     def step_time_ms(self) -> float:
@@ -101,6 +103,17 @@ class TuneResult:
     @property
     def lower_bound_ms(self) -> float:
         return self.result.lower_bound_ms
+
+    @property
+    def best_bound_ms(self) -> float:
+        """The strongest lower bound that holds for every plan (``bounds.py``)."""
+        return self.bounds.best_ms if self.bounds is not None else self.lower_bound_ms
+
+    @property
+    def gap_to_best_bound_pct(self) -> float:
+        """How far the tuned step is above ``best_bound_ms``, in %."""
+        b = self.best_bound_ms
+        return 100.0 * (self.step_time_ms / b - 1.0) if b > 0 else 0.0
 
     @property
     def fits_memory(self) -> bool:
@@ -135,6 +148,10 @@ class TuneResult:
             "gap_to_bound": round(self.step_time_ms / self.lower_bound_ms - 1, 6)
             if self.lower_bound_ms > 0
             else None,
+            "best_bound_ms": round(self.best_bound_ms, 6),
+            "best_bound": self.bounds.best_name if self.bounds is not None else "total",
+            "gap_to_best_bound_pct": round(self.gap_to_best_bound_pct, 4),
+            "bounds": self.bounds.to_dict() if self.bounds is not None else None,
             "fits_memory": self.fits_memory,
             "memory_cap_gib": self.memory_cap_gib,
             "peak_memory_gib": [round(x, 4) for x in self.peak_memory_gib],
@@ -494,7 +511,8 @@ def _finish(
         lr = list_schedule(costs, plan.placement, ev.devices, ev.microbatches, None, pol)
         if lr is not None and (unc is None or lr.makespan_ms < unc):
             unc = lr.makespan_ms
-    gran = granularity_bound(ev.weights, ev.devices, ev.microbatches)
+    bounds = plan_bounds(ev.profile, ev.devices, ev.microbatches)
+    gran = bounds.granularity_ms
     why = explain_gap(r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc)
     if shortfall:
         why = shortfall["message"] + ("; " + why if why else "")
@@ -515,4 +533,5 @@ def _finish(
         why=why,
         balance_ms=balance,
         granularity_ms=gran,
+        bounds=bounds,
     )

@@ -1,0 +1,356 @@
+"""Lower bounds on the step time of any pipeline plan, shared by the tuner and its reports.
+
+Every bound ignores transfers and the memory cap (both can only add time), so each holds for
+every plan of the profile on ``devices`` devices with ``microbatches`` micro-batches. With
+``f_i``, ``b_i``, ``w_i`` the F, B and W times of layer ``i`` (ms), ``m`` micro-batches and
+``p`` devices:
+
+* **total** (``total_ms``): all compute over the devices, ``m * sum(f + b + w) / p``; this is
+  ``lower_bound_ms`` everywhere in OctoPipe;
+* **fill and drain, any assignment** (``any_assignment_ms``): a device whose lowest layer is
+  ``l`` cannot start before micro-batch 0 has gone through layers ``0..l-1``
+  (``P_l = f_0 + ... + f_{l-1}``), and its F and B work must end ``Q_l = b_0 + ... + b_{l-1} +
+  w_0`` before the step does (the gradient still has to go down to layer 0, whose W follows).
+  Lowest layers are distinct, so the best case puts device ``d``'s lowest layer at ``d``;
+  layers ``0..k`` can then only run on devices ``0..k``. The bound is the smallest ``T`` with
+  ``m * work(layers 0..k) <= sum_{d <= k} max(0, T - P_d)`` for every ``k`` (and the same for
+  the F+B work with ``T - P_d - Q_d``): layers split fractionally among devices, start-up and
+  drain idle counted;
+* **layer** (``layer_ms``): one layer's ``m`` F, B and W run on one device, after ``P_i`` and
+  (F and B) ``Q_i`` before the end; with ``m = 1`` this is one micro-batch's critical path;
+* **granularity** (``granularity_ms``): layers are indivisible, so the busiest device holds at
+  least the mean, the largest layer, and for each ``k`` ``k + 1`` times the ``(k p + 1)``-th
+  largest layer (``k p + 1`` layers that large cannot all sit ``k`` to a device);
+* **packing** (``packing_ms``): the same, exactly: the smallest capacity ``C`` such that the
+  layers (few distinct costs: the model repeats its blocks) pack into ``p`` bins of size
+  ``C``, decided by a breadth-first search over the counts of each layer cost left, times
+  ``m``; skipped (0) when the search space is too large;
+* **contiguous** (``contiguous_ms``): for plans with one contiguous layer range per device
+  (1F1B, ZB-H1/H2 and the ``seq`` family only): the exact minimum over such partitions of the
+  largest ``start + m * load`` (fill and drain as above, plus one link latency per stage
+  boundary crossed). A V or interleaved plan can beat it; it is not part of ``best_ms``.
+
+``best_ms`` is the strongest bound that holds for every plan, and ``best_name`` says which.
+
+>>> from octopipe_core.profile import Profile, example_profile_dict
+>>> b = plan_bounds(Profile.from_dict(example_profile_dict()), devices=2, microbatches=4)
+>>> b.best_ms >= b.total_ms, b.contiguous_ms >= b.total_ms
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+from octopipe_core.profile import Profile
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per-layer F, B and W times (ms) of one micro-batch, in model order."""
+
+    f_ms: list[float]
+    b_ms: list[float]
+    w_ms: list[float]
+
+    @staticmethod
+    def of(profile: Profile) -> LayerTimes:
+        """The layer times of ``profile``."""
+        lts = profile.layer_costs()
+        return LayerTimes(
+            [lt.forward_ms for lt in lts],
+            [lt.backward_input_ms for lt in lts],
+            [lt.backward_weight_ms for lt in lts],
+        )
+
+    @property
+    def work_ms(self) -> list[float]:
+        return [f + b + w for f, b, w in zip(self.f_ms, self.b_ms, self.w_ms, strict=True)]
+
+    @property
+    def fb_ms(self) -> list[float]:
+        return [f + b for f, b in zip(self.f_ms, self.b_ms, strict=True)]
+
+    def fill_ms(self) -> list[float]:
+        """``P_l``: forward time of layers ``0..l-1`` (length ``n + 1``)."""
+        return [0.0, *accumulate(self.f_ms)]
+
+    def drain_ms(self) -> list[float]:
+        """``Q_l``: backward time of layers ``0..l-1`` plus layer 0's W (0 for ``l = 0``)."""
+        q = [0.0, *accumulate(self.b_ms)]
+        w0 = self.w_ms[0] if self.w_ms else 0.0
+        return [0.0] + [x + w0 for x in q[1:]]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds on the step time (ms); see the module docstring."""
+
+    total_ms: float
+    any_assignment_ms: float
+    layer_ms: float
+    granularity_ms: float
+    contiguous_ms: float | None = None
+    packing_ms: float = 0.0
+
+    @property
+    def universal(self) -> dict[str, float]:
+        """The bounds valid for every plan, by name."""
+        return {
+            "total": self.total_ms,
+            "any_assignment": self.any_assignment_ms,
+            "layer": self.layer_ms,
+            "granularity": self.granularity_ms,
+            "packing": self.packing_ms,
+        }
+
+    @property
+    def best_ms(self) -> float:
+        return max(self.universal.values())
+
+    @property
+    def best_name(self) -> str:
+        u = self.universal
+        return max(u, key=lambda k: (u[k], -list(u).index(k)))
+
+    def gap_pct(self, step_ms: float) -> float:
+        """How far ``step_ms`` is above ``best_ms``, in %."""
+        return 100.0 * (step_ms / self.best_ms - 1.0) if self.best_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        r = lambda x: None if x is None else round(x, 6)  # noqa: E731
+        return {
+            "total_ms": r(self.total_ms),
+            "any_assignment_ms": r(self.any_assignment_ms),
+            "layer_ms": r(self.layer_ms),
+            "granularity_ms": r(self.granularity_ms),
+            "packing_ms": r(self.packing_ms),
+            "contiguous_ms": r(self.contiguous_ms),
+            "best_ms": r(self.best_ms),
+            "best": self.best_name,
+        }
+
+
+def total_bound(work_ms: list[float], devices: int, microbatches: int) -> float:
+    """All compute over the devices.
+
+    >>> total_bound([1.0, 2.0, 3.0], 2, 4)
+    12.0
+    """
+    return microbatches * sum(work_ms) / max(1, devices)
+
+
+def _fill_level(offsets: list[float], need: float) -> float:
+    """Smallest ``T`` with ``sum(max(0, T - o) for o in offsets) >= need`` (offsets sorted)."""
+    acc = 0.0
+    for q, o in enumerate(offsets, start=1):
+        acc += o
+        t = (need + acc) / q
+        if q == len(offsets) or t <= offsets[q]:
+            return max(t, o)
+    return float("inf")  # pragma: no cover - the loop always returns
+
+
+def nested_fill_bound(work_ms: list[float], offsets: list[float], microbatches: int) -> float:
+    """Smallest ``T`` with ``m * sum(work[0..k]) <= sum_{d <= k} max(0, T - offsets[d])`` for
+    every ``k``, ``offsets`` (non-decreasing) being the devices' earliest starts plus drains.
+
+    >>> nested_fill_bound([2.0, 2.0], [0.0, 1.0], 1)  # layer 0 alone on device 0: T >= 2
+    2.5
+    """
+    best = 0.0
+    acc = 0.0
+    p = len(offsets)
+    for k, w in enumerate(work_ms):
+        acc += microbatches * w
+        best = max(best, _fill_level(offsets[: min(k, p - 1) + 1], acc))
+    return best
+
+
+def any_assignment_bound(lt: LayerTimes, devices: int, microbatches: int) -> float:
+    """The fill-and-drain bound for any assignment of layers to devices (module docstring).
+
+    Two equal layers on two devices, F = B = W = 1 ms, 2 micro-batches: device 1 cannot start
+    before 1 ms, so ``2 T >= 12 + 1``: 6.5 ms (the F+B work, 8 ms, with device 1's drain of
+    ``Q_1 = 2`` ms gives ``2 T >= 8 + 3``, weaker here).
+
+    >>> any_assignment_bound(LayerTimes([1, 1], [1, 1], [1, 1]), 2, 2)
+    6.5
+    """
+    n = len(lt.f_ms)
+    p = max(1, min(devices, n))
+    P, Q = lt.fill_ms(), lt.drain_ms()
+    full = nested_fill_bound(lt.work_ms, P[:p], microbatches)
+    fb = nested_fill_bound(lt.fb_ms, [P[d] + Q[d] for d in range(p)], microbatches)
+    return max(full, fb)
+
+
+def layer_bound(lt: LayerTimes, microbatches: int) -> float:
+    """Each layer's work on one device, after its fill and (F, B) before its drain.
+
+    >>> layer_bound(LayerTimes([1.0, 1.0], [1.0, 1.0], [1.0, 1.0]), 1)  # F F B B W
+    5.0
+    """
+    P, Q = lt.fill_ms(), lt.drain_ms()
+    m = microbatches
+    best = 0.0
+    for i, (f, b, w) in enumerate(zip(lt.f_ms, lt.b_ms, lt.w_ms, strict=True)):
+        # after the layer's last B, its W (same device) and the B chain below it (others)
+        best = max(best, P[i] + m * (f + b + w), P[i] + m * (f + b) + max(Q[i], w))
+    return best
+
+
+def granularity_bound(layer_ms: list[float], devices: int, microbatches: int = 1) -> float:
+    """A proven lower bound on the busiest device's compute, layers being indivisible.
+
+    >>> granularity_bound([1.0] * 9, 4)  # 9 equal layers on 4 devices: some device gets 3
+    3.0
+    """
+    t = sorted(layer_ms, reverse=True)
+    n, D = len(t), max(1, devices)
+    lb = max(sum(t) / D, t[0] if t else 0.0)
+    k = 1
+    while k * D < n:
+        lb = max(lb, (k + 1) * t[k * D])
+        k += 1
+    return lb * microbatches
+
+
+def _packs(
+    values: list[float], counts: list[int], bins: int, cap: float, limit: int
+) -> bool | None:
+    """Whether items of the given ``values`` (with ``counts``) fit in ``bins`` bins of size
+    ``cap``; None when the search would exceed ``limit`` element operations."""
+    import numpy as np
+
+    shape = tuple(c + 1 for c in counts)
+    size = int(np.prod(shape))
+    cfgs: list[tuple[int, ...]] = []
+
+    def gen(t: int, acc: float, cur: list[int]) -> bool:
+        if t == len(values):
+            if any(cur):
+                cfgs.append(tuple(cur))
+            return len(cfgs) * size * bins <= limit
+        k = 0
+        while k <= counts[t] and acc + k * values[t] <= cap * (1 + 1e-12):
+            cur.append(k)
+            ok = gen(t + 1, acc + k * values[t], cur)
+            cur.pop()
+            if not ok:
+                return False
+            k += 1
+        return True
+
+    if not gen(0, 0.0, []):
+        return None
+    reach = np.zeros(shape, dtype=bool)
+    reach[(0,) * len(shape)] = True
+    full = tuple(counts)
+    for _ in range(bins):
+        new = reach.copy()
+        for c in cfgs:
+            dst = tuple(slice(k, None) for k in c)
+            src = tuple(slice(0, n - k) for n, k in zip(shape, c, strict=True))
+            new[dst] |= reach[src]
+        reach = new
+        if reach[full]:
+            return True
+    return False
+
+
+def packing_bound(
+    layer_ms: list[float], devices: int, microbatches: int = 1, limit: int = 30_000_000
+) -> float:
+    """The exact smallest busiest-device compute over all assignments of indivisible layers
+    to ``devices`` devices (bisection on the capacity, relative tolerance 1e-6, the returned
+    value being infeasible hence a bound), times ``microbatches``; 0 if too large to decide.
+
+    Sixteen layers of 27 ms, twelve of 15.5, four of 11.1 and one of 14.3 on 16 devices: each
+    device holds one 27 ms layer, so one of them also gets two others (at least 22.2 ms):
+
+    >>> round(packing_bound([27.0] * 16 + [15.5] * 12 + [11.1] * 4 + [14.3], 16), 2)
+    49.2
+    """
+    vals: dict[float, int] = {}
+    for x in layer_ms:
+        k = round(x, 9)
+        vals[k] = vals.get(k, 0) + 1
+    values = sorted(vals, reverse=True)
+    counts = [vals[v] for v in values]
+    p = max(1, devices)
+    g = granularity_bound(layer_ms, p)  # nothing packs below it
+    lo = g * (1 + 1e-6)
+    ok = _packs(values, counts, p, lo, limit)
+    if ok is None:
+        return 0.0
+    if ok:
+        return g * microbatches
+    # a feasible capacity: longest-processing-time greedy
+    loads = [0.0] * p
+    for x in sorted(layer_ms, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += x
+    hi = max(loads)
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        ok = _packs(values, counts, p, mid, limit)
+        if ok is None:
+            break
+        if ok:
+            hi = mid
+        else:
+            lo = mid
+    return lo * microbatches
+
+
+def contiguous_bound(
+    lt: LayerTimes, devices: int, microbatches: int, hop_ms: float = 0.0
+) -> float | None:
+    """Exact minimum, over partitions into ``devices`` contiguous stages (one per device), of
+    the largest ``max(P_a + m * work, P_a + m * (F+B) + Q_a)`` over the stages ``[a, b)``,
+    each start and drain also paying ``hop_ms`` per boundary crossed. None if fewer layers
+    than devices.
+
+    >>> contiguous_bound(LayerTimes([1, 1], [1, 1], [1, 1]), 2, 2)  # stage 1 starts at 1 ms
+    7.0
+    """
+    from octopipe_core.fill_partition import FillModel, solve_fill
+
+    n = len(lt.f_ms)
+    if n < devices:
+        return None
+    model = FillModel.from_times(lt, microbatches, hop_ms=hop_ms)
+    res = solve_fill(model, list(range(devices)))
+    return res.objective_ms
+
+
+def plan_bounds(
+    profile: Profile, devices: int, microbatches: int, contiguous: bool = True
+) -> Bounds:
+    """Every bound for ``profile`` on ``devices`` devices and ``microbatches`` micro-batches.
+
+    >>> from octopipe_core.profile import Profile, example_profile_dict
+    >>> b = plan_bounds(Profile.from_dict(example_profile_dict()), 2, 4)
+    >>> b.best_name in b.universal
+    True
+    """
+    lt = LayerTimes.of(profile)
+    work = lt.work_ms
+    m = microbatches
+    cont = None
+    if contiguous:
+        lat = profile.device.p2p_latency_us / 1000.0
+        hops = [profile.device.transfer_ms(x.output_mib) for x in profile.layer_costs()[:-1]]
+        hop = min([lat, *hops]) if hops else 0.0
+        cont = contiguous_bound(lt, devices, m, hop_ms=hop)
+    return Bounds(
+        total_ms=total_bound(work, devices, m),
+        any_assignment_ms=any_assignment_bound(lt, devices, m),
+        layer_ms=layer_bound(lt, m),
+        granularity_ms=granularity_bound(work, devices, m),
+        contiguous_ms=cont,
+        packing_ms=packing_bound(work, devices, m),
+    )

@@ -1,0 +1,115 @@
+"""Lower bounds: closed forms on uniform layers, and validity against simulated plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from octopipe_core.bounds import (
+    LayerTimes,
+    any_assignment_bound,
+    contiguous_bound,
+    granularity_bound,
+    layer_bound,
+    plan_bounds,
+    total_bound,
+)
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.profile import load_sample
+from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
+from octopipe_core.simulator import simulate
+from octopipe_core.tuner.crafted import hybrid
+from octopipe_core.tuner.exact import exact_optimum
+
+
+def _uniform(n: int, f: float = 1.0, b: float = 1.0, w: float = 1.0) -> LayerTimes:
+    return LayerTimes([f] * n, [b] * n, [w] * n)
+
+
+@pytest.mark.parametrize("n,p,m", [(8, 4, 2), (16, 4, 16), (12, 3, 1), (64, 8, 32)])
+def test_closed_forms_on_uniform_layers(n: int, p: int, m: int):
+    lt = _uniform(n)
+    assert total_bound(lt.work_ms, p, m) == pytest.approx(3 * m * n / p)
+    # device d starts at P_d = d: T = (3 m n + sum d) / p; the F+B work with the drain
+    # Q_d = d + 1 (d > 0): T = (2 m n + sum (2 d + 1)) / p
+    full = (3 * m * n + p * (p - 1) / 2) / p
+    fb = (2 * m * n + (p - 1) * (p + 1)) / p
+    assert any_assignment_bound(lt, p, m) == pytest.approx(max(full, fb, 3.0 * m))
+    # the last layer: F chain n - 1, then m (F+B), then the B chain and W_0: n - 1 + 1
+    assert layer_bound(lt, m) == pytest.approx(max(n - 1 + 2 * m + n, n - 1 + 3 * m))
+    assert granularity_bound(lt.work_ms, p, m) == pytest.approx(
+        3 * m * -(-n // p) if n % p else 3 * m * n / p
+    )
+
+
+def test_contiguous_bound_two_stages_closed_form():
+    # 2 layers of F = B = W = 1 on 2 devices, m micro-batches: stage 1 starts at 1 ms and
+    # its F+B work ends Q_1 = 2 ms before the end: T = max(1 + 3m, 1 + 2m + 2)
+    for m in (1, 2, 5):
+        assert contiguous_bound(_uniform(2), 2, m) == pytest.approx(max(1 + 3 * m, 3 + 2 * m))
+    assert contiguous_bound(_uniform(2), 3, 1) is None
+
+
+def _peers(prof, p, m):
+    for sched in SCHEDULES:
+        for part in PARTITIONS:
+            try:
+                plan = build_plan(prof, sched, p, m, 2, part)
+            except OctoPipeError:
+                continue
+            yield sched, plan, simulate(prof, plan, 1e9)
+
+
+@pytest.mark.parametrize(
+    "name,p,m", [("nemotron-h-8b", 4, 8), ("llama-3-8b", 8, 16), ("jamba-v0.1", 16, 32)]
+)
+def test_bounds_hold_for_every_peer_plan(name: str, p: int, m: int):
+    prof = load_sample(name)
+    b = plan_bounds(prof, p, m)
+    assert b.best_ms >= b.total_ms and b.best_name in b.universal
+    seen = 0
+    for _sched, plan, r in _peers(prof, p, m):
+        seen += 1
+        assert r.step_time_ms >= b.best_ms * (1 - 1e-9)
+        if plan.num_stages == p:  # one contiguous stage per device
+            assert b.contiguous_ms is not None
+            assert r.step_time_ms >= b.contiguous_ms * (1 - 1e-9)
+    assert seen >= 10
+
+
+def test_bounds_hold_for_the_exact_optimum():
+    prof = hybrid(6)
+    e = exact_optimum(prof, 2, 3, max_stages_per_device=2, time_limit_s=20)
+    assert e.complete
+    b = plan_bounds(prof, 2, 3)
+    assert e.step_time_ms >= b.best_ms * (1 - 1e-9)
+    assert b.best_ms > b.total_ms  # fill and drain matter on 6 layers and 3 micro-batches
+
+
+def test_best_bound_is_stronger_than_total_at_large_p():
+    b = plan_bounds(load_sample("nemotron-h-56b"), 64, 128)
+    assert b.best_ms > b.total_ms * 1.02
+    assert b.contiguous_ms is not None and b.contiguous_ms > b.best_ms
+    d = b.to_dict()
+    assert d["best_ms"] == pytest.approx(b.best_ms, abs=1e-5) and d["best"] == b.best_name
+
+
+def test_packing_bound_matches_brute_force_on_small_cases():
+    import random
+    from itertools import product
+
+    from octopipe_core.bounds import packing_bound
+
+    rng = random.Random(7)
+    for _ in range(25):
+        n, p = rng.randint(3, 7), rng.randint(2, 3)
+        layers = [rng.choice([1.0, 2.5, 3.0, 4.5]) for _ in range(n)]
+        best = float("inf")
+        for assign in product(range(p), repeat=n):
+            loads = [0.0] * p
+            for x, d in zip(layers, assign, strict=True):
+                loads[d] += x
+            best = min(best, max(loads))
+        got = packing_bound(layers, p, microbatches=3)
+        assert got <= 3 * best + 1e-9  # a bound
+        assert got >= 3 * best * (1 - 2e-6)  # and exact up to the bisection tolerance
+        assert got >= granularity_bound(layers, p, 3) - 1e-9
