@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from octopipe_core.errors import OctoPipeError  # noqa: E402
 from octopipe_core.executor import hf  # noqa: E402
+from octopipe_core.executor.data import config_batches  # noqa: E402
 from octopipe_core.executor.models import ModelSettings, build_layers, param_names  # noqa: E402
 from octopipe_core.executor.reference import compare_grads, reference_run  # noqa: E402
 from octopipe_core.profile import FORMAT, Profile  # noqa: E402
@@ -161,7 +162,7 @@ def test_two_stage_gloo_matches_reference() -> None:
     results = run_local([c[3] for c in cases], 2, timeout_s=120)
     for (spec, fams, plan, cfg), res in zip(cases, results, strict=True):
         st = ModelSettings.from_dict(cfg["model"])
-        ref_loss, ref_grads = reference_run(fams, st, plan.num_microbatches)
+        ref_loss, ref_grads = reference_run(fams, st, plan.num_microbatches, config_batches(cfg))
         diff, missing = compare_grads(res["grads"], ref_grads)
         assert not missing, (spec, missing[:3])
         assert diff < 1e-10, (spec, plan.name, diff)

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from octopipe_core.errors import OctoPipeError  # noqa: E402
+from octopipe_core.executor.data import config_batches  # noqa: E402
 from octopipe_core.executor.hooks import build_hook_layers, contiguous_runs, is_per_stage  # noqa: E402
 from octopipe_core.executor.models import (  # noqa: E402
     ModelSettings,
@@ -183,7 +184,7 @@ def test_per_stage_hook_runs_pipelined_with_exact_grads(hookmod: object) -> None
     results = run_local([c for _, c in cases], 2)
     for (spec, cfg), res in zip(cases, results, strict=True):
         st = ModelSettings.from_dict(cfg["model"])
-        ref_loss, ref_grads = reference_run(FAMS, st, 3)
+        ref_loss, ref_grads = reference_run(FAMS, st, 3, config_batches(cfg))
         diff, missing = compare_grads(res["grads"], ref_grads)
         assert not missing and diff < 1e-10, (spec, diff, missing)
         assert abs(res["losses"][0] - ref_loss) < 1e-12
