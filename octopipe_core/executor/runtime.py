@@ -373,3 +373,10 @@ def init_distributed(backend: str, timeout_s: float) -> tuple[int, int, torch.de
     if not dist.is_initialized():
         dist.init_process_group(be, timeout=timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def execute(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """Moved to ``executor.train.execute`` (the training loop); kept for callers of this name."""
+    from octopipe_core.executor.train import execute as train_execute
+
+    return train_execute(*args, **kwargs)
