@@ -112,6 +112,9 @@ class DataParallel:
             for p in b.params
         ]
         torch.cat(grads, out=flat[: b.numel])
+        del grads
+        for p in b.params:  # the flat buffer holds them now
+            p.grad = None
         if self.dp == 1:
             b.grad = flat
         elif self.zero1:

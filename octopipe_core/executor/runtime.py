@@ -336,12 +336,6 @@ class PipelineExecutor:
             return local.pop(key), 0.0
         raise PeerError(f"rank {self.rank}: input {key} neither received nor local")
 
-    def grads(self) -> dict[str, torch.Tensor]:
-        return {
-            k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu()
-            for k, p in self.params.items()
-        }
-
 
 def _fault_point(rank: int) -> tuple[int, int, str] | None:
     """``OCTOPIPE_FAULT=rank:step:op[:hang]`` kills (SIGKILL) or hangs that rank at that op
