@@ -80,3 +80,61 @@ def test_resumed_run_has_the_losses_of_an_uninterrupted_one(
     assert main(["run", str(b), "--steps", "7"]) == 2
     err = capsys.readouterr().err
     assert "field 'layout'" in err and "fix: resume with the same plan and layout" in err
+
+
+def _worker_pids(job: Path) -> list[int]:
+    """PIDs of this test's own worker processes (their command line names the job folder; the
+    torchrun agent above them is left alone)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        worker = "octopipe_core.executor.worker" in cmd and "torch.distributed.run" not in cmd
+        if worker and str(job) in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    job = tmp_path / "job"
+    assert main(["export", str(plan_file(tmp_path)), "--out", str(job), "--steps", "5000"]) == 0
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, "-m", "octopipe_core", "run", str(job)]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        log = job / "out" / "train_log.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (log.exists() and log.read_text().count("\n") >= 2):
+            time.sleep(0.2)
+        pids = _worker_pids(job)
+        assert len(pids) == 2
+        os.kill(pids[1], signal.SIGUSR1)  # one rank asks; every rank checkpoints
+        while time.time() < deadline and not (job / "checkpoints" / "latest").exists():
+            time.sleep(0.2)
+        first = (job / "checkpoints" / "latest").read_text().strip()
+        (job / "STOP").touch()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # this test's own process group: run, torchrun, its workers
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-6000:]
+    step = int(first.removeprefix("step_"))
+    assert 2 <= step < 5000
+    stopped = [ln for ln in out.splitlines() if "stopped at step" in ln]
+    assert len(stopped) == 1 and "(STOP file)" in stopped[0]
+    assert (job / "checkpoints" / "latest").read_text().strip() != first  # STOP saved again

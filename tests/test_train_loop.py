@@ -150,3 +150,22 @@ def test_bad_token_files_fail_with_one_line(
     assert main(["export", str(plan), "--out", str(tmp_path / "e"), "--data", "x.bin",
                  "--data-hook", "m:f"]) == 2  # fmt: skip
     assert "pick one" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(150)
+def test_killed_rank_ends_a_dp_job_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    job = tmp_path / "job"
+    assert main(["export", str(plan_file(tmp_path)), "--out", str(job), "--dp", "2", "--steps",
+                 "3", "--timeout", "10"]) == 0  # fmt: skip
+    monkeypatch.setenv("OCTOPIPE_FAULT", "3:1:2")  # global rank 3 (replica 1) dies in step 2
+    t = time.perf_counter()
+    assert main(["run", str(job)]) == 2
+    assert time.perf_counter() - t < 90
+    err = capsys.readouterr().err
+    assert "octopipe: error: run: the job failed" in err
+    assert "rank 3 exited with code -9" in err and "SIGKILL" in err

@@ -85,20 +85,20 @@ if data == "tokens":
 elif data == "hook":
     data_hook = c2.text_input("data hook (module:function)", key="job_data_hook")
 steps = c3.number_input("steps", min_value=1, max_value=10_000_000, value=100, key="job_steps")
-ckpt_every = c3.number_input(
-    "checkpoint every N steps (0: on request only)",
-    min_value=0,
-    max_value=10_000_000,
-    value=0,
-    key="job_ckpt",
-)
 o1, o2, o3 = st.columns(3)
 lr = o1.number_input(
     "learning rate (AdamW, cosine)", min_value=0.0, value=1e-3, format="%.2e", key="job_lr"
 )
 wd = o2.number_input("weight decay", min_value=0.0, value=0.01, format="%.3f", key="job_wd")
 clip = o3.number_input("gradient clip (max norm; 0: off)", min_value=0.0, value=1.0, key="job_clip")
-d1, d2 = st.columns(2)
+d1, d2, d3 = st.columns(3)
+ckpt_every = d3.number_input(
+    "checkpoint every N steps (0: on request only)",
+    min_value=0,
+    max_value=10_000_000,
+    value=0,
+    key="job_ckpt",
+)
 dp = d1.number_input(
     "DP degree (pipeline replicas)",
     min_value=1,
@@ -135,7 +135,7 @@ st.caption(
     f"{plan.num_devices * settings.dp} ranks (one per pipeline device and replica; TP is not "
     "executed). The same job from the command line:"
 )
-st.code(settings.cli(f"{base}.json"), language="bash")
+st.code(settings.cli(f"{base}.json"), language="bash", wrap_lines=True)
 try:
     with st.spinner("writing the job"):
         prof_key = hashlib.sha1(

@@ -3,12 +3,15 @@
 * ``lowering``: per-rank compute + send/recv lists; ``checker``: offline FIFO/deadlock check;
 * ``runtime`` (DAG-driven torch.distributed executor), ``worker`` (torchrun entry point),
   ``models`` (stand-in layers, split B/W backward), ``reference`` (single-process check);
-* ``export`` (job folders, PyTorch schedule CSV), ``torch_csv`` (runs that CSV with torch's
-  ``_PipelineScheduleRuntime``), ``trace`` (Chrome traces), ``profiler`` (measured profiles),
-  ``harness`` (local multi-process runs), ``plans`` (random / hand-made irregular plans).
+* ``train`` (the training loop on a pp x dp mesh), ``mesh`` (rank grid, ``DeviceMesh``),
+  ``dp`` (per-stage gradient reduction, ZeRO-1, optimizer), ``data`` (synthetic, token file,
+  data hook), ``checkpoint`` (torch.distributed.checkpoint), ``settings`` (their dataclasses);
+* ``export`` (job folders: launch.sh, slurm.sbatch, PyTorch schedule CSV), ``torch_csv`` (runs
+  that CSV with torch's ``_PipelineScheduleRuntime``), ``trace`` (Chrome traces), ``profiler``
+  (measured profiles), ``harness`` (local multi-process runs), ``plans`` (random / hand-made
+  irregular plans).
 
-Only ``runtime``, ``worker``, ``models``, ``reference``, ``profiler``, ``harness`` and
-``torch_csv`` import torch; lowering, checker, export, trace and plans work without it.
+Lowering, checker, export, settings, trace and plans work without importing torch.
 """
 
 from octopipe_core.executor.checker import CommOrderError, check_lowered

@@ -12,8 +12,9 @@ float32 for bf16/fp16 models, else the model's), padded to a multiple of the DP 
   under ZeRO-1 this replica's shard with its shard of the optimizer state), then writes the
   parameters back (ZeRO-1: after an all-gather of the updated shards).
 
-The gradient norm for clipping sums each element once: over the pipeline group (non-ZeRO:
-replicas hold identical gradients) or over the whole job (ZeRO-1: shards).
+The gradient norm for clipping: every rank's sum of squares, summed over the job (one small
+all-reduce with the loss) and divided by the replicas that hold each element (DP without
+ZeRO-1; ZeRO-1 shards are disjoint).
 """
 
 from __future__ import annotations
@@ -57,12 +58,11 @@ class DataParallel:
         dp: int,
         dp_rank: int,
         dp_group: Any,
-        norm_group: Any,
         zero1: bool,
         settings: OptimSettings,
         timeout_s: float = 45.0,
     ) -> None:
-        self.dp, self.dp_rank, self.group, self.norm_group = dp, dp_rank, dp_group, norm_group
+        self.dp, self.dp_rank, self.group = dp, dp_rank, dp_group
         self.zero1 = zero1 and dp > 1
         self.o = settings
         self.timeout = timedelta(seconds=timeout_s)
@@ -112,6 +112,9 @@ class DataParallel:
             for p in b.params
         ]
         torch.cat(grads, out=flat[: b.numel])
+        del grads
+        for p in b.params:  # the flat buffer holds them now
+            p.grad = None
         if self.dp == 1:
             b.grad = flat
         elif self.zero1:
@@ -150,16 +153,19 @@ class DataParallel:
                 off += p.numel()
         return out
 
-    def grad_norm(self) -> float:
-        """Global L2 norm of the averaged gradients (each element counted once)."""
-        dev = next(iter(self.buffers.values())).master.device if self.buffers else "cpu"
-        sq = torch.zeros(1, dtype=torch.float64, device=dev)
+    def grad_sq_sum(self) -> float:
+        """Sum of squares of this rank's averaged gradients (its shards under ZeRO-1). Summed
+        over the job, divided by ``norm_divisor``, it is the squared global gradient norm."""
+        sq = 0.0
         for b in self.buffers.values():
             assert b.grad is not None
-            sq += b.grad.double().pow(2).sum()
-        if self.norm_group is not False:
-            dist.all_reduce(sq, group=self.norm_group)
-        return float(sq.sqrt())
+            sq += float(b.grad.double().pow(2).sum())
+        return sq
+
+    @property
+    def norm_divisor(self) -> int:
+        """Replicas that hold each gradient element (DP without ZeRO-1, else 1)."""
+        return 1 if self.zero1 else self.dp
 
     # ---- optimizer ------------------------------------------------------------------------
     def step(self, lr: float, clip_coef: float = 1.0) -> None:

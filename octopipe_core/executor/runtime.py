@@ -336,12 +336,6 @@ class PipelineExecutor:
             return local.pop(key), 0.0
         raise PeerError(f"rank {self.rank}: input {key} neither received nor local")
 
-    def grads(self) -> dict[str, torch.Tensor]:
-        return {
-            k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu()
-            for k, p in self.params.items()
-        }
-
 
 def _fault_point(rank: int) -> tuple[int, int, str] | None:
     """``OCTOPIPE_FAULT=rank:step:op[:hang]`` kills (SIGKILL) or hangs that rank at that op
@@ -373,3 +367,10 @@ def init_distributed(backend: str, timeout_s: float) -> tuple[int, int, torch.de
     if not dist.is_initialized():
         dist.init_process_group(be, timeout=timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def execute(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """Moved to ``executor.train.execute`` (the training loop); kept for callers of this name."""
+    from octopipe_core.executor.train import execute as train_execute
+
+    return train_execute(*args, **kwargs)

@@ -2,11 +2,11 @@
 
 One step on every rank: its replica's batch (``data``), the plan's forward/backward
 (``runtime.PipelineExecutor``) with each stage's DP gradient reduction launched right after
-the stage's last W (``dp.DataParallel``), then the wait for the reductions, gradient clipping
-(global norm), the optimizer step at the scheduled learning rate, one small all-reduce of the
-loss and of the stop/checkpoint requests, and a progress line on the rank that holds the last
-stage of replica 0 (also appended to ``<out>/train_log.jsonl``). ``--steps`` is the step to stop
-at: a resumed run continues from its checkpoint's step (``checkpoint``).
+the stage's last W (``dp.DataParallel``), then the wait for the reductions, one small
+all-reduce (squared gradient norm, loss, stop/checkpoint requests), gradient clipping (global
+norm), the optimizer step at the scheduled learning rate, and a progress line on the rank that
+holds the last stage of replica 0 (also appended to ``<out>/train_log.jsonl``). ``--steps`` is
+the step to stop at: a resumed run continues from its checkpoint's step (``checkpoint``).
 
 ``execute(cfg, device, steps, warmup)`` runs on an initialised process group and returns rank 0's
 merged result (losses per step, step times, op records, the first step's reduced gradients).
@@ -15,6 +15,7 @@ merged result (losses per step, step times, op records, the first step's reduced
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -93,16 +94,11 @@ def execute(
     optim = OptimSettings.from_dict(cfg.get("train"))
     if not optim.decay_steps:
         optim.decay_steps = int(rt.get("steps", 1)) + int(rt.get("warmup", 0))
-    # each element's square counted once: ZeRO-1 shards span the job, else one pipeline
-    norm_group: Any = None if layout.zero1 and layout.dp > 1 else mesh.pp_group
-    if not (layout.zero1 and layout.dp > 1) and layout.pp == 1:
-        norm_group = False
     dpar = DataParallel(
         {s: ex.stage_params(s) for s in ex.my_stages},
         layout.dp,
         mesh.replica,
         mesh.dp_group,
-        norm_group,
         layout.zero1,
         optim,
         timeout,
@@ -150,24 +146,27 @@ def execute(
         dpar.wait()
         if i == start and "grads" in record:
             first_grads = dpar.reduced_grads()
-        norm = dpar.grad_norm()
-        if not torch.isfinite(torch.tensor(norm)):
+        # one small all-reduce: squared gradient norm, loss, stop and checkpoint requests
+        stop_req, ck_req = ckpt.requested(jdir) if jdir is not None else (False, False)
+        flags = torch.tensor(
+            [dpar.grad_sq_sum(), res.loss or 0.0, float(stop_req),
+             float(ck_req or _SIGNALLED.is_set())],
+            dtype=torch.float64,
+            device=device,
+        )  # fmt: skip
+        dist.all_reduce(flags)
+        flags = flags.cpu()
+        norm = float(flags[0] / dpar.norm_divisor) ** 0.5
+        if not math.isfinite(norm):
             raise OctoPipeError(
                 f"step {i}: the gradient norm is {norm}; fix: lower --lr or use float32"
             )
         coef = min(1.0, optim.clip / (norm + 1e-6)) if optim.clip > 0 else 1.0
         lr = optim.lr_at(i, optim.decay_steps)
         dpar.step(lr, coef)
-        stop_req, ck_req = ckpt.requested(jdir) if jdir is not None else (False, False)
-        flags = torch.tensor(
-            [res.loss or 0.0, float(stop_req), float(ck_req or _SIGNALLED.is_set())],
-            dtype=torch.float64,
-            device=device,
-        )
-        dist.all_reduce(flags)
         res.end = time.perf_counter()
         results.append(res)
-        loss = float(flags[0]) / layout.dp
+        loss = float(flags[1]) / layout.dp
         losses.append(loss)
         tail += [(i, name, a, b) for name, a, b in dpar.tail]
         if is_logger:
@@ -187,9 +186,9 @@ def execute(
             if log_file is not None:
                 log_file.write(json.dumps(rec) + "\n")
                 log_file.flush()
-        stop = bool(flags[1] > 0)
+        stop = bool(flags[2] > 0)
         due = cks.every > 0 and ((i + 1) % cks.every == 0 or i + 1 == total)
-        if ck_dir is not None and (due or stop or flags[2] > 0):
+        if ck_dir is not None and (due or stop or flags[3] > 0):
             path = ckpt.save(ck_dir, i + 1, state(), meta, cks.keep)
             _SIGNALLED.clear()
             if dist.get_rank() == 0 and jdir is not None:

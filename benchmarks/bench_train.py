@@ -1,0 +1,226 @@
+"""Executor step time and simulator replay error of a PP x DP training job (gloo, CPU).
+
+Runs the same plan (ZB-H1, balanced, 2 pipeline devices) as an exported training job at DP 1
+(2 ranks) and DP 2 (4 ranks; AdamW, clipping, per-stage gradient all-reduce launched after each
+stage's last W), ``--warmup`` + ``--steps`` steps each, and reports the median step time and
+tokens/s. Replay: the simulator fed what was measured in the DP 2 run (per (stage, kind) op
+durations and the P2P latency, as ``bench_fidelity.py``), deployed on a one-node cluster whose
+link has the measured P2P latency and the bandwidth that makes the model's all-reduce as long
+as a measured one (micro-benchmark on the same 4 ranks, both DP groups at once, the largest
+stage's gradient size), and whose memory bandwidth is fitted to the measured optimizer step;
+its step time against the measured median step. The DP 1 run is replayed the same way
+without the cluster (pipeline only).
+
+Run: ``python benchmarks/bench_train.py`` (prints JSON lines; about 2 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_fidelity import effective_durations, transfer_latency_us  # noqa: E402
+
+from octopipe_core.cluster import Cluster  # noqa: E402
+from octopipe_core.commands.run import launch  # noqa: E402
+from octopipe_core.executor.export import export_job  # noqa: E402
+from octopipe_core.layout import GRAD_FRACTION, deploy  # noqa: E402
+from octopipe_core.plan import Plan  # noqa: E402
+from octopipe_core.profile import FORMAT, Profile  # noqa: E402
+from octopipe_core.schedules import build_plan  # noqa: E402
+from octopipe_core.simulator import simulate  # noqa: E402
+
+LAYERS = ["embedding", "attention", "mlp", "attention", "mlp", "attention", "mlp", "lm_head"]
+
+
+def base_profile() -> Profile:
+    lt = {"forward_ms": 1.0, "backward_input_ms": 1.0, "backward_weight_ms": 1.0,
+          "activation_mib": 0.0, "weight_mib": 0.0, "output_mib": 0.0}  # fmt: skip
+    return Profile.from_dict(
+        {
+            "format": FORMAT,
+            "name": "bench-train",
+            "tokens_per_microbatch": 1,
+            "layer_types": {f: {**lt, "family": f} for f in dict.fromkeys(LAYERS)},
+            "layers": LAYERS,
+        }
+    )
+
+
+def layer_grad_mib(args: argparse.Namespace) -> list[float]:
+    """float32 gradient MiB of each stand-in layer at the benchmark's sizes."""
+    from octopipe_core.executor.models import ModelSettings, build_layers
+
+    st = ModelSettings(hidden=args.hidden, seq=args.seq, vocab=args.vocab, dtype="float32")
+    layers = build_layers(LAYERS, st.resolved(LAYERS))
+    return [sum(p.numel() for p in m.parameters()) * 4 / 2**20 for m in layers if m is not None]
+
+
+def run_job(plan: Plan, args: argparse.Namespace, dp: int, tmp: Path) -> dict[str, Any]:
+    model = {"hidden": args.hidden, "seq": args.seq, "vocab": args.vocab,
+             "microbatch_size": args.mbs, "dtype": "float32"}  # fmt: skip
+    job = export_job(
+        plan, base_profile(), tmp / f"job-dp{dp}", model=model,
+        runtime={"steps": args.steps, "warmup": args.warmup, "timeout_s": 120},
+        layout={"dp": dp, "order": "tp-pp-dp"}, train={"lr": 1e-3},
+    )  # fmt: skip
+    # ranks 0..1 are replica 0's devices; pinned to core rank % 2, both replicas of a device
+    # share its core (as the simulator's devices, each with its own timeline)
+    env = {"OCTOPIPE_PIN": "1", "OMP_NUM_THREADS": "1"}
+    proc = launch(
+        job / "executor_config.json", job / "out", 2 * dp, ["--backend", "gloo"], 900, env=env
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"job dp{dp} failed:\n{proc.stderr[-3000:]}")
+    return json.loads((job / "out" / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+def _allreduce_worker(rank: int, port: int, sizes: list[int], reps: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from octopipe_core.executor.mesh import JobLayout, build_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=4, timeout=timedelta(seconds=120))  # fmt: skip
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank % 2]})
+    mesh = build_mesh(JobLayout(pp=2, dp=2, order="tp-pp-dp"), "cpu")
+    times = {}
+    for n in sizes:
+        t = torch.zeros(n)
+        ms = []
+        for _ in range(reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(t, group=mesh.dp_group)
+            ms.append((time.perf_counter() - t0) * 1e3)
+        times[n] = statistics.median(ms)
+    if rank == 0:
+        Path(out).write_text(json.dumps(times))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def allreduce_ms(grad_mib: float) -> tuple[float, float]:
+    """Measured median ms of a 2-member all-reduce of ``grad_mib`` (both DP groups at once)
+    and the byte count it moved."""
+    import torch.multiprocessing as mp
+
+    from octopipe_core.executor.harness import free_port
+
+    big = max(1, int(grad_mib * 2**20 / 4))
+    with tempfile.TemporaryDirectory() as td:
+        out = os.path.join(td, "t.json")
+        mp.spawn(_allreduce_worker, args=(free_port(), [1, big], 30, out), nprocs=4, join=True)
+        times = {int(k): v for k, v in json.loads(Path(out).read_text()).items()}
+    return times[big], big * 4.0
+
+
+def replay(
+    plan: Plan, res: dict[str, Any], grad_mib: list[float], allreduce: tuple[float, float] | None
+) -> dict[str, float]:
+    """Simulated step of a run from its own measured durations (see the docstring); with
+    ``allreduce`` (measured ms, bytes) deployed as DP 2 on a fitted one-node cluster."""
+    from bench_fidelity import replay_profile
+
+    w = res["warmup"]
+    steps = list(range(w, len(res["step_ms"])))
+    dur = effective_durations(res, steps)
+    # messages are matched by name: use replica 0's ranks (0 and 1 in the tp-pp-dp order)
+    lat_us = transfer_latency_us({"records": [r for r in res["records"] if r[0] < 2]}, steps)
+    prof = replay_profile(plan, base_profile(), dur, lat_us).to_dict()
+    for i, name in enumerate(prof["layers"]):
+        prof["layer_types"][name]["weight_mib"] = grad_mib[i] / GRAD_FRACTION
+    prof["device"]["memory_gib"] = 1e6
+    p = Profile.from_dict(prof)
+    sim_pp = simulate(p, plan)
+    if allreduce is None:
+        return {"replay_ms": sim_pp.step_time_ms, "replay_compute_end_ms": sim_pp.compute_end_ms,
+                "p2p_latency_us": lat_us}  # fmt: skip
+    opt = [b - a for _, step, name, a, b in res["tail"] if name == "OPT" and step in steps]
+    opt_ms = statistics.median(opt) * 1e3
+    per_dev = [sum(grad_mib[i] for i in range(*plan.partition[s]))
+               for s in range(plan.num_stages)]  # fmt: skip
+    static = max(sum(per_dev[s] for s in range(plan.num_stages) if plan.placement[s] == d)
+                 for d in range(plan.num_devices)) / GRAD_FRACTION  # fmt: skip
+    hbm = static * 1.75 * 2**20 / (opt_ms / 1e3 * 0.6 * 1e9)
+    # the ring all-reduce of 2 members costs wire + 2 latencies: the link's latency is the
+    # measured P2P latency, its bandwidth makes the model's all-reduce the measured one
+    ar_ms, ar_bytes = allreduce
+    bw = ar_bytes / 1e9 / max(1e-6, (ar_ms - 2 * lat_us / 1e3) / 1e3)
+    cluster = Cluster.from_dict(
+        {"format": "octopipe.cluster/v1", "name": "this-cpu", "nodes": 1, "gpus_per_node": 4,
+         "gpu": {"name": "cpu-rank", "memory_gib": 1e4, "hbm_gbytes_per_s": hbm},
+         "intra_node": {"name": "gloo", "bandwidth_gbytes_per_s": bw, "latency_us": lat_us},
+         "inter_node": {"name": "gloo", "bandwidth_gbytes_per_s": bw, "latency_us": lat_us}}
+    )  # fmt: skip
+    sim = simulate(deploy(p, cluster, pp=2, dp=2, order="tp-pp-dp"), plan)
+    return {"replay_ms": sim.step_time_ms, "replay_compute_end_ms": sim.compute_end_ms,
+            "replay_pipeline_only_ms": sim_pp.step_time_ms,
+            "replay_exposed_tail_ms": sim.exposed_tail_ms, "optimizer_ms": opt_ms,
+            "allreduce_ms": ar_ms, "p2p_latency_us": lat_us, "fitted_gbytes_per_s": bw}  # fmt: skip
+
+
+def exposed_tail_ms(res: dict[str, Any], steps: list[int]) -> float:
+    """Median over steps of (step end - last compute op end on any rank)."""
+    out = []
+    for i in steps:
+        last = max(r[4] for r in res["records"] if r[1] == i)
+        out.append((res["step_starts"][i] + res["step_ms"][i] / 1e3 - last) * 1e3)
+    return statistics.median(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--mbs", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    t0 = time.time()
+    plan = build_plan(base_profile(), "zb-h1", 2, args.microbatches, partition="balanced")
+    grad_mib = layer_grad_mib(args)
+    tokens = args.microbatches * args.mbs * args.seq
+    rows = {}
+    with tempfile.TemporaryDirectory() as td:
+        for dp in (1, 2):
+            res = run_job(plan, args, dp, Path(td))
+            w = res["warmup"]
+            meas = res["step_ms"][w:]
+            med = statistics.median(meas)
+            tail = exposed_tail_ms(res, list(range(w, len(res["step_ms"]))))
+            rows[dp] = {"dp": dp, "ranks": 2 * dp, "step_ms_median": med,
+                        "step_ms_p25_p75": statistics.quantiles(meas, n=4)[::2],
+                        "tokens_per_s": tokens * dp / med * 1e3,
+                        "exposed_tail_ms": tail}  # fmt: skip
+            ar = None
+            if dp == 2:
+                stage_mib = max(sum(grad_mib[i] for i in range(*r)) for r in plan.partition)
+                ar = allreduce_ms(stage_mib)
+            rows[dp] |= replay(plan, res, grad_mib, ar)
+            rows[dp]["replay_err"] = rows[dp]["replay_ms"] / med - 1
+            rows[dp]["compute_span_ms"] = med - tail
+            rows[dp]["compute_replay_err"] = rows[dp]["replay_compute_end_ms"] / (med - tail) - 1
+            print(json.dumps(rows[dp]), flush=True)
+    print(json.dumps({"wall_s": time.time() - t0, "load": os.getloadavg()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
