@@ -6,7 +6,9 @@ spent, climbs from each and keeps the best plan. Kinds of start, drawn at random
 
 * **fold**: a fold depth ``r`` from 0 (``seq``) to ``p`` (the V) that fits the layers, with
   the exact fill-aware partition of a *perturbed* model (start-up fill weighted by a random
-  factor, so that layouts with more or less fill than the model predicts get tried);
+  factor, so that layouts with more or less fill than the model predicts get tried; when
+  the memory cap binds, half the time also under a memory budget with a random number of
+  micro-batches in flight);
 * **family**: a regular family (``v``, ``loop{v}``, ``zigzag{v}``) with a fill-aware partition
   of the same perturbed model (a descent from a random split for non-nested ones);
 * **shift**: the best layout with one to three boundaries moved by a layer or two;
@@ -41,6 +43,7 @@ MAX_REPEATS = 200
 KINDS = ("fold", "family", "shift", "swap", "split", "merge")
 WEIGHTS = (3, 1, 3, 2, 2, 1)
 FILL_WEIGHTS = (0.5, 0.75, 1.25, 1.5, 2.0, 3.0)
+MEMORY_INFLIGHT = (0.5, 0.75, 1.0, 1.25)
 
 
 class StartGenerator:
@@ -89,7 +92,12 @@ class StartGenerator:
         alpha = self.rng.choice(FILL_WEIGHTS)
         if start is None and nested_blocks(place) is None:
             start = self._random_split(len(place))
-        res = solve_fill(self._model(alpha), place, start)
+        model = self._model(alpha)
+        if self.ev.memory_tight and self.rng.random() < 0.5:  # under the cap's memory budget
+            mem = self.ev.fill_model(True, self.rng.choice(MEMORY_INFLIGHT))
+            model = replace(model, weight_mib=mem.weight_mib, activation_mib=mem.activation_mib,
+                            cap_mib=mem.cap_mib)  # fmt: skip
+        res = solve_fill(model, place, start)
         return res.partition
 
     def _random_split(self, stages: int) -> Partition | None:

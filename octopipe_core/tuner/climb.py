@@ -22,6 +22,7 @@ from octopipe_core.errors import OctoPipeError
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.tuner.diagnose import bubble_breakdown
 from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, better
+from octopipe_core.tuner.moves_memory import at_cap, memory_fill_proposals, recompute_proposals
 from octopipe_core.tuner.moves_partition import memory_partition_proposals, partition_proposals
 from octopipe_core.tuner.moves_placement import placement_proposals
 from octopipe_core.tuner.moves_schedule import (
@@ -65,17 +66,21 @@ def peer_candidates(
 
 def phase_proposals(ev: Evaluator, phase: str, inc: Candidate) -> list[Proposal]:
     """The moves of one phase for the incumbent, most promising first."""
+    tight = bool(at_cap(ev, inc))
     if phase == "partition":
-        return partition_proposals(ev, inc)
+        extra = memory_fill_proposals(ev, inc, "partition") if tight else []
+        return partition_proposals(ev, inc) + extra
     if phase == "placement":
         return placement_proposals(ev, inc)
     if phase == "schedule":
-        return schedule_proposals(ev, inc)
+        return schedule_proposals(ev, inc) + (recompute_proposals(ev, inc) if tight else [])
     if phase == "memory":
         return (
             memory_repair_proposals(ev, inc)
             + policy_proposals(ev, inc, "memory")
+            + memory_fill_proposals(ev, inc, "memory")
             + memory_partition_proposals(ev, inc)
+            + recompute_proposals(ev, inc)
             + [p for p in placement_proposals(ev, inc) if "swap" in p.description]
         )
     raise ValueError(f"unknown phase {phase!r}")

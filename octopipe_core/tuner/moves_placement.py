@@ -71,17 +71,20 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
     deepest = min(p - 1, n - p)
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
     ranked = []
+    memory = (False, True) if ev.memory_tight else (False,)
     for fam in (*FAMILIES, *(f"fold{r}" for r in folds)):
         place = family_placement(fam, p)
         if fam == current or len(place) > n:
             continue
-        res = ev.fill_partition(place)
-        if res.partition is not None and res.objective_ms is not None:
-            ranked.append((res.objective_ms, fam, res.partition, place))
+        for mem in memory:
+            res = ev.fill_partition(place, memory=mem)
+            if res.partition is not None and res.objective_ms is not None:
+                name = f"{fam} (memory-aware)" if mem else fam
+                ranked.append((res.objective_ms, name, res.partition, place))
     ranked.sort(key=lambda x: x[0])
     out = [
         proposal("placement", f"switch to {fam}", _layout(ev, part, place, FAM_POL))
-        for _obj, fam, part, place in ranked[:top]
+        for _obj, fam, part, place in ranked[: top * len(memory)]
     ]
     for fam in FAMILIES:
         place = family_placement(fam, p)

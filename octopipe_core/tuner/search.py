@@ -134,6 +134,8 @@ def tune(
     peers.sort(key=lambda c: c.key())
     best = peers[0]
     start, start_ms = best.origin, best.step_ms
+    # the cap binds when a peer does not fit, or the best one is at it
+    ev.memory_tight = any(not c.fits for c in peers) or max(best.peak_gib) >= 0.95 * cap
     state = _State(ev, rng, t0, progress, max_iterations, bounds.best_ms, optimal_within)
     state.report("start", best, start)
     # climb from the best peer; then restart from the best peers and layout families with
@@ -165,20 +167,28 @@ def tune(
         for c in [*peers, *others, best]:
             gen.mark(c.plan.partition, c.plan.placement)
         tried = 0
+        skipped: list[Candidate] = []  # starts far behind the best: climbed last
         while not ev.out_of_time() and not state.stopped():
             got = gen.next((best.plan.partition, best.plan.placement))
             if got is None:
-                exhausted = True
-                break
-            part, place, desc = got
-            c = ev.from_policies(part, place, desc, POLICIES[:2], bound_ms=float("inf"))
-            if c is None or ev.out_of_time():
-                continue
+                if not skipped:
+                    exhausted = True
+                    break
+                skipped.sort(key=lambda c: c.key())
+                c = skipped.pop(0)
+            else:
+                part, place, desc = got
+                c0 = ev.from_policies(part, place, desc, POLICIES[:2], bound_ms=float("inf"))
+                if c0 is None or ev.out_of_time():
+                    continue
+                c = c0
+                if not better(c, best, ACCEPT_REL) and not (
+                    c.fits >= best.fits and c.step_ms <= best.step_ms * (1 + CLIMB_WITHIN)
+                ):
+                    skipped.append(c)
+                    continue
             tried += 1
-            if better(c, best, ACCEPT_REL) or (
-                c.fits >= best.fits and c.step_ms <= best.step_ms * (1 + CLIMB_WITHIN)
-            ):
-                best = _restart(state, c, best, first_gain=ANYTIME_FIRST_GAIN)
+            best = _restart(state, c, best, first_gain=ANYTIME_FIRST_GAIN)
             if tried % POLISH_EVERY == 0 and not ev.out_of_time() and not state.stopped():
                 best = _keep(best, state.polish(best, patience=6))
     if better(state.best, best, ACCEPT_REL) and state.best is not None:
@@ -220,7 +230,9 @@ def _seed_candidate(ev: Evaluator, plan: Plan, origin: str) -> Candidate | None:
         return None
     if not plan.partition or plan.partition[-1][1] != ev.profile.num_layers:
         return None
-    return ev.from_order(plan.partition, plan.placement, plan.schedule, origin)
+    return ev.from_order(
+        plan.partition, plan.placement, plan.schedule, origin, recompute=plan.recompute
+    )
 
 
 def _stop_reason(
