@@ -169,7 +169,9 @@ def nested_fill_bound(work_ms: list[float], offsets: list[float], microbatches: 
     return best
 
 
-def any_assignment_bound(lt: LayerTimes, devices: int, microbatches: int) -> float:
+def any_assignment_bound(
+    lt: LayerTimes, devices: int, microbatches: int, hop_ms: float = 0.0
+) -> float:
     """The fill-and-drain bound for any assignment of layers to devices (module docstring).
 
     Two equal layers on two devices, F = B = W = 1 ms, 2 micro-batches: device 1 cannot start
@@ -182,23 +184,57 @@ def any_assignment_bound(lt: LayerTimes, devices: int, microbatches: int) -> flo
     n = len(lt.f_ms)
     p = max(1, min(devices, n))
     P, Q = lt.fill_ms(), lt.drain_ms()
-    full = nested_fill_bound(lt.work_ms, P[:p], microbatches)
-    fb = nested_fill_bound(lt.fb_ms, [P[d] + Q[d] for d in range(p)], microbatches)
+    # the forward chain to device d's lowest layer enters d devices before it (one transfer
+    # each), and the gradient chain back to layer 0 leaves them again
+    full = nested_fill_bound(lt.work_ms, [P[d] + d * hop_ms for d in range(p)], microbatches)
+    off_fb = [P[d] + Q[d] + 2 * d * hop_ms for d in range(p)]
+    fb = nested_fill_bound(lt.fb_ms, off_fb, microbatches)
     return max(full, fb)
 
 
-def layer_bound(lt: LayerTimes, microbatches: int) -> float:
+def layer_bound(
+    lt: LayerTimes, microbatches: int, devices: int = 0, hop_ms: float = 0.0, heavy: int = 3
+) -> float:
     """Each layer's work on one device, after its fill and (F, B) before its drain.
+
+    With ``devices`` and a transfer time ``hop_ms``, the ``heavy`` layers with the most work
+    also pay the transfers on the way: if ``k`` devices hold the layers before layer ``i``,
+    the forward chain crosses at least ``k - 1`` device boundaries before it reaches ``i``,
+    while those ``k`` devices share the work of layers ``0..i-1`` (fill included, the total
+    form of the any-assignment bound); the bound is the best ``k`` for the plan:
+    ``min_k max(A_k, P_i + (k - 1) hop + m work_i)``. An LM head heavier than a device's share
+    must wait for the forward pass through every device before it.
 
     >>> layer_bound(LayerTimes([1.0, 1.0], [1.0, 1.0], [1.0, 1.0]), 1)  # F F B B W
     5.0
+    >>> lt = LayerTimes([1.0] * 3 + [4.0], [1.0] * 3 + [4.0], [1.0] * 3 + [4.0])
+    >>> layer_bound(lt, 4, devices=4, hop_ms=1.0)  # 3 light layers on 1 device, 1 hop, head
+    52.0
     """
     P, Q = lt.fill_ms(), lt.drain_ms()
     m = microbatches
     best = 0.0
+    work = lt.work_ms
     for i, (f, b, w) in enumerate(zip(lt.f_ms, lt.b_ms, lt.w_ms, strict=True)):
         # after the layer's last B, its W (same device) and the B chain below it (others)
         best = max(best, P[i] + m * (f + b + w), P[i] + m * (f + b) + max(Q[i], w))
+    if devices < 2 or hop_ms <= 0:
+        return best
+    pre = [0.0, *accumulate(work)]
+    p = devices
+    offsets = [P[d] + d * hop_ms for d in range(min(p, len(work)))]
+    for i in sorted(range(1, len(work)), key=lambda i: -work[i])[:heavy]:
+        need = m * pre[i]  # the work of layers 0..i-1
+        least = m * (work[i] + min(work[:i]))  # layer i's device also holds one before it
+        arrive_best = float("inf")
+        for k in range(1, min(p, i) + 1):
+            a_k = _fill_level(offsets[:k], need)
+            # layer i's device holds none of the layers before it (k hops), or some (k - 1)
+            if k < p:
+                arrive_best = min(arrive_best, max(a_k, P[i] + k * hop_ms + m * work[i]))
+            inside = max(a_k, P[i] + (k - 1) * hop_ms + m * work[i], least)
+            arrive_best = min(arrive_best, inside)
+        best = max(best, arrive_best)
     return best
 
 
@@ -327,6 +363,23 @@ def contiguous_bound(
     return res.objective_ms
 
 
+def min_hop_ms(profile: Profile) -> float:
+    """The cheapest transfer across a stage boundary (ms): latency plus size over bandwidth
+    of the smallest layer output that can be sent; 0 with a cluster deployment (its links
+    differ by class) or when some layer sends nothing.
+
+    >>> from octopipe_core.profile import Profile, example_profile_dict
+    >>> min_hop_ms(Profile.from_dict(example_profile_dict())) > 0
+    True
+    """
+    if profile.deployment is not None:
+        return 0.0
+    outs = [lt.output_mib for lt in profile.layer_costs()[:-1]]
+    if not outs or min(outs) <= 0:
+        return 0.0
+    return min(profile.device.transfer_ms(x) for x in outs)
+
+
 def plan_bounds(
     profile: Profile, devices: int, microbatches: int, contiguous: bool = True
 ) -> Bounds:
@@ -340,16 +393,12 @@ def plan_bounds(
     lt = LayerTimes.of(profile)
     work = lt.work_ms
     m = microbatches
-    cont = None
-    if contiguous:
-        lat = profile.device.p2p_latency_us / 1000.0
-        hops = [profile.device.transfer_ms(x.output_mib) for x in profile.layer_costs()[:-1]]
-        hop = min([lat, *hops]) if hops else 0.0
-        cont = contiguous_bound(lt, devices, m, hop_ms=hop)
+    hop = min_hop_ms(profile)
+    cont = contiguous_bound(lt, devices, m, hop_ms=hop) if contiguous else None
     return Bounds(
         total_ms=total_bound(work, devices, m),
-        any_assignment_ms=any_assignment_bound(lt, devices, m),
-        layer_ms=layer_bound(lt, m),
+        any_assignment_ms=any_assignment_bound(lt, devices, m, hop),
+        layer_ms=layer_bound(lt, m, devices, hop),
         granularity_ms=granularity_bound(work, devices, m),
         contiguous_ms=cont,
         packing_ms=packing_bound(work, devices, m),

@@ -237,7 +237,7 @@ def tune_layout(row: LayoutRow, time_budget_s: float, seed: int = 0) -> None:
     prof, lay = row.profile, row.layout
     try:
         res = tune(prof, lay.pp, row.microbatches, time_budget_s=max(0.2, 0.8 * time_budget_s),
-                   seed=seed)  # fmt: skip
+                   seed=seed, stop_at_convergence=True)  # fmt: skip
     except OctoPipeError as e:
         row.why = row.why or str(e)
         return

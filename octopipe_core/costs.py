@@ -1,5 +1,10 @@
 """Stage-level costs: a profile's per-layer costs summed over each stage of a plan.
 
+With selective recomputation of a stage (``recompute``), its F keeps only the stage's input
+(the previous layer's output; nothing for stage 0) in ``activation_mib``; its B first runs the
+forward again (``b_ms`` includes ``f_ms``) and allocates the rest of the activations at its
+start (``recompute_mib``), then frees what B frees without recomputation. W is unchanged.
+
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> prof = Profile.from_dict(example_profile_dict())
 >>> c = stage_costs(prof, [(0, 2), (2, 4)])
@@ -9,7 +14,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from octopipe_core.profile import Profile
 
@@ -28,6 +34,12 @@ class StageCosts:
     send_ms: list[float]  # transfer time of stage s's output (and of the gradient sent back to it)
     wire_ms: list[float]  # the part of send_ms that occupies the sender's comm stream (size / bw)
     latency_ms: list[float]  # the rest: link latency, added on arrival (0 when nothing is sent)
+    # per stage, what B allocates at its start to recompute the forward (empty: nothing)
+    recompute_mib: list[float] = field(default_factory=list)
+
+    def rec_mib(self, s: int) -> float:
+        """What stage ``s``'s B allocates at its start (MiB; 0 without recomputation)."""
+        return self.recompute_mib[s] if self.recompute_mib else 0.0
 
     @property
     def num_stages(self) -> int:
@@ -37,8 +49,18 @@ class StageCosts:
         return self.f_ms[s] + self.b_ms[s] + self.w_ms[s]
 
 
-def stage_costs(profile: Profile, partition: list[tuple[int, int]]) -> StageCosts:
-    """Sum layer costs over each ``[start, end)`` range of ``partition``."""
+def stage_costs(
+    profile: Profile, partition: list[tuple[int, int]], recompute: Iterable[int] = ()
+) -> StageCosts:
+    """Sum layer costs over each ``[start, end)`` range of ``partition``; the stages in
+    ``recompute`` recompute their forward in B (module docstring).
+
+    >>> from octopipe_core.profile import Profile, example_profile_dict
+    >>> prof = Profile.from_dict(example_profile_dict())
+    >>> c = stage_costs(prof, [(0, 2), (2, 4)], recompute=[1])
+    >>> c.b_ms[1] == stage_costs(prof, [(0, 2), (2, 4)]).b_ms[1] + c.f_ms[1], c.rec_mib(0)
+    (True, 0.0)
+    """
     layers = profile.layer_costs()
     n = len(partition)
     f, b, w = [0.0] * n, [0.0] * n, [0.0] * n
@@ -55,9 +77,20 @@ def stage_costs(profile: Profile, partition: list[tuple[int, int]]) -> StageCost
         out[s] = layers[hi - 1].output_mib if hi > lo else 0.0
         send[s] = profile.device.transfer_ms(out[s])
         lat[s] = profile.device.p2p_latency_us / 1000.0 if out[s] > 0 else 0.0
+    rec: list[float] = []
+    for s in sorted(set(recompute)):
+        if not rec:
+            rec = [0.0] * n
+        lo = partition[s][0]
+        keep = min(act[s], layers[lo - 1].output_mib if lo > 0 else 0.0)
+        rec[s] = act[s] - keep
+        act[s] = keep
+        b[s] += f[s]
     r = _round
     wire = [max(0.0, x - y) for x, y in zip(send, lat, strict=True)]
-    return StageCosts(r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat)
+    return StageCosts(
+        r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else []
+    )
 
 
 def _round(xs: list[float]) -> list[float]:

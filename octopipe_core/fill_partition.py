@@ -2,14 +2,16 @@
 (earliest start + load), exactly, for a given placement of the stages on the devices.
 
 Model (``FillModel``): layer ``i`` costs ``work_i`` ms (F+B+W) and ``fb_i`` ms (F+B) per
-micro-batch. A device whose first stage ``s`` starts at layer ``a`` starts at
-``P_a + s * hop`` (micro-batch 0's forwards through layers ``0..a-1`` and the transfers on the
-way) and must end its F and B work ``Q_a + s * hop`` before the step does (the gradient still
-travels down to layer 0). Its time is
+micro-batch. Stage ``s`` starting at layer ``a`` cannot start before ``P_a + s * hop``
+(micro-batch 0's forwards through layers ``0..a-1`` and the transfers on the way), and its F
+and B work must end ``Q_a + s * hop`` before the step does (the gradient still travels down
+to layer 0). The work of a device's stages ``s`` and later (in model order) cannot start
+before stage ``s`` does, so the device needs
 
-    need_d = max(start + m * sum(work), start + m * sum(fb) + drain)
+    need_d = max over its stages s of max(start_s + m * work(s and later stages of d),
+                                          start_s + m * fb(s and later stages of d) + drain_s)
 
-over the layers of all its stages, and the objective is ``max_d need_d``. Optionally each
+and the objective is ``max_d need_d`` (for one stage per device: start + m x load). Optionally each
 device must also fit a memory budget: ``sum(weight_mib) + k_s * sum(activation_mib)`` over
 its stages, with ``k_s`` micro-batches in flight on stage ``s``.
 
@@ -129,36 +131,29 @@ def device_needs(model: FillModel, partition: Partition, placement: list[int]) -
     S = len(partition)
     pre_w = [0.0, *accumulate(model.work_ms)]
     pre_fb = [0.0, *accumulate(model.fb_ms)]
-    load = [0.0] * D
+    m, h = model.microbatches, model.hop_ms
+    need = [0.0] * D
+    load = [0.0] * D  # work of the stages seen so far, walking from the last stage back
     fb = [0.0] * D
     mem = [0.0] * D
-    first: list[int | None] = [None] * D
     pw = pa = None
     if model.cap_mib is not None and model.weight_mib is not None:
         pw = [0.0, *accumulate(model.weight_mib)]
         pa = [0.0, *accumulate(model.activation_mib or [0.0] * model.num_layers)]
-    for s, ((a, b), d) in enumerate(zip(partition, placement, strict=True)):
+    for s in range(S - 1, -1, -1):
+        (a, b), d = partition[s], placement[s]
         load[d] += pre_w[b] - pre_w[a]
         fb[d] += pre_fb[b] - pre_fb[a]
-        if first[d] is None:
-            first[d] = s
+        start = model.fill_ms[a] + s * h
+        drain = model.drain_ms[a] + s * h
+        need[d] = max(need[d], start + m * load[d], start + m * fb[d] + drain)
         if pw is not None and pa is not None:
             mem[d] += pw[b] - pw[a] + model.k(s, S) * (pa[b] - pa[a])
-    m = model.microbatches
-    out = []
-    for d in range(D):
-        s0 = first[d]
-        if s0 is None:
-            out.append(0.0)
-            continue
-        a = partition[s0][0]
-        start = model.fill_ms[a] + s0 * model.hop_ms
-        drain = model.drain_ms[a] + s0 * model.hop_ms
-        need = max(start + m * load[d], start + m * fb[d] + drain)
-        if model.cap_mib is not None and mem[d] > model.cap_mib * (1 + 1e-9):
-            need = float("inf")
-        out.append(need)
-    return out
+    if model.cap_mib is not None:
+        for d in range(D):
+            if mem[d] > model.cap_mib * (1 + 1e-9):
+                need[d] = float("inf")
+    return need
 
 
 def fill_objective(model: FillModel, partition: Partition, placement: list[int]) -> float:
@@ -340,6 +335,12 @@ class _Nested:
         pj = np.where(has, prv, 0)
         gap_w = np.where(has, self.pre_w[None, :] - self.pre_w[pj], np.inf)
         gap_fb = np.where(has, self.pre_fb[None, :] - self.pre_fb[pj], np.inf)
+        # the second stage on its own, from its own start (the largest j' is still the best:
+        # m x work falls faster than the start grows)
+        cw2, cfb2 = self._caps(bl.second)
+        alone = (m * gap_w <= cw2[pj]) & (m * gap_fb <= cfb2[pj])
+        gap_w = np.where(alone, gap_w, np.inf)
+        gap_fb = np.where(alone, gap_fb, np.inf)
         cw, cfb = self._caps(bl.first)
         # band of i' per i: the left stage [i, i') must fit the time left on its own
         reach = self._reach(self.pre_w, cw / m)
@@ -404,11 +405,14 @@ class _Nested:
         m = self.model.microbatches
         prv = self.prv[id(bl)]
         cw, cfb = self._caps(bl.first)
+        cw2, cfb2 = self._caps(bl.second)
         pw, pfb = self.pre_w, self.pre_fb
         cap = (self.model.cap_mib or 0.0) * (1 + 1e-9)
         for ip in range(i + 1, j):
             jp = int(prv[ip, j])
             if jp < ip:
+                continue
+            if m * (pw[j] - pw[jp]) > cw2[jp] or m * (pfb[j] - pfb[jp]) > cfb2[jp]:
                 continue
             if m * (pw[ip] - pw[i] + pw[j] - pw[jp]) > cw[i]:
                 continue

@@ -40,7 +40,7 @@ from octopipe_core.simulator import memory_freed_mib
 
 def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
     """Build the DAG of compute, communication and memory events for ``plan``."""
-    c = stage_costs(profile, plan.partition)
+    c = stage_costs(profile, plan.partition, plan.recompute)
     wire, lat = boundary_comm(profile, plan, c)
     S = plan.num_stages
     bkind = backward_kinds(plan)
@@ -50,7 +50,7 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
         for a in acts:
             s, k = a.stage, a.kind
             dur = {"F": c.f_ms[s], "B": c.b_ms[s], "W": c.w_ms[s]}.get(k, c.b_ms[s] + c.w_ms[s])
-            alloc = c.activation_mib[s] if k == "F" else 0.0
+            alloc = c.activation_mib[s] if k == "F" else c.rec_mib(s) if k != "W" else 0.0
             free = 0.0 if k == "F" else memory_freed_mib(c, a)
             node = ("compute", a)
             g.add_node(

@@ -84,6 +84,9 @@ class Plan:
     # The cluster and TP x PP x DP layout read from a plan file (a ``layout.Deployment``);
     # simulations use the profile's ``deployment``, which ``load_plan`` sets from this.
     deployment: Any = None
+    # Stages whose backward recomputes their forward first (selective activation
+    # recomputation): F keeps only the stage input, B runs F again and B (``costs.py``).
+    recompute: list[int] = field(default_factory=list)
 
     @property
     def num_stages(self) -> int:
@@ -105,6 +108,7 @@ class Plan:
             self.name,
             dict(self.meta),
             self.deployment,
+            list(self.recompute),
         )
 
     def to_dict(self, profile: Any | None = None) -> dict[str, Any]:
@@ -117,6 +121,8 @@ class Plan:
             "placement": list(self.placement),
             "schedule": [" ".join(map(str, acts)) for acts in self.schedule],
         }
+        if self.recompute:
+            d["recompute"] = sorted(self.recompute)
         if self.meta:
             d["meta"] = self.meta
         dep = getattr(profile, "deployment", None) or self.deployment
@@ -210,7 +216,15 @@ def plan_from_dict(data: Any, src: str = "<plan>") -> Plan:
         from octopipe_core.layout import deployment_from_dict
 
         dep = deployment_from_dict(data, src)
-    return Plan(m, partition, list(place), schedule, str(data.get("name", "")), dict(meta), dep)
+    rec = data.get("recompute", [])
+    if not isinstance(rec, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and 0 <= x < len(partition) for x in rec
+    ):
+        raise input_error(
+            src, "recompute", f"got {rec!r}", f"list stage indices in 0..{len(partition) - 1}"
+        )
+    name = str(data.get("name", ""))
+    return Plan(m, partition, list(place), schedule, name, dict(meta), dep, sorted(set(rec)))
 
 
 def save_plan(plan: Plan, path: str | Path, profile: Any | None = None) -> None:
@@ -287,6 +301,9 @@ def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") 
                 f"start stage {s} at layer {prev_end} and give it at least one layer",
             )  # fmt: skip
         prev_end = b
+    for s in plan.recompute:
+        if not 0 <= s < S:
+            raise input_error(src, "recompute", f"stage {s} out of range", f"use 0..{S - 1}")
     if num_layers is not None and prev_end != num_layers:
         raise input_error(
             src, "partition", f"covers {prev_end} layers, model has {num_layers}",

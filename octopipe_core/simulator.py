@@ -279,12 +279,16 @@ class SimResult:
         c = self.costs
         lo = sum(len(acts) for acts in self.plan.schedule[:device])  # ops are in device order
         hi = lo + len(self.plan.schedule[device])
-        return [
-            (self.start_ms[i], c.activation_mib[a.stage])
-            if a.kind == "F"
-            else (self.end_ms[i], -memory_freed_mib(c, a))
-            for i, (_, a) in enumerate(self.ops[lo:hi], start=lo)
-        ]
+        out: list[tuple[float, float]] = []
+        for i, (_, a) in enumerate(self.ops[lo:hi], start=lo):
+            if a.kind == "F":
+                out.append((self.start_ms[i], c.activation_mib[a.stage]))
+                continue
+            rec = c.rec_mib(a.stage) if a.kind in ("B", "BW") else 0.0
+            if rec:  # the recomputed forward's activations, allocated when B starts
+                out.append((self.start_ms[i], rec))
+            out.append((self.end_ms[i], -memory_freed_mib(c, a)))
+        return out
 
     def memory_curves(self) -> Any:
         """A pandas DataFrame of step curves: device, time_ms, memory_gib (static included)."""
@@ -321,7 +325,7 @@ def simulate(
     contradict the data dependencies.
     """
     if costs is None:
-        costs = stage_costs(profile, plan.partition)
+        costs = stage_costs(profile, plan.partition, plan.recompute)
     if profile.deployment is not None:
         profile.deployment.check(plan.num_devices, profile.device.gpus)
     cap = profile.device.memory_gib if memory_cap_gib is None else memory_cap_gib
@@ -465,6 +469,7 @@ def _simulate(
             costs.weight_mib[s] if dep is None else dep.static_mib(costs.weight_mib[s])
         )
     peaks = []
+    rec = costs.recompute_mib or [0.0] * S  # what a recomputing B allocates at its start
     for d in range(D):
         level = peak = 0.0
         for i in range(base[d], base[d] + lens[d]):
@@ -473,8 +478,14 @@ def _simulate(
                 level += act[s]
                 if level > peak:
                     peak = level
+            elif k == "W":
+                level -= stash[s]
             else:
-                level -= act[s] - stash[s] if k == "B" else stash[s] if k == "W" else act[s]
+                if rec[s]:
+                    level += rec[s]
+                    if level > peak:
+                        peak = level
+                level -= act[s] + rec[s] - stash[s] if k == "B" else act[s] + rec[s]
         peaks.append((static[d] + peak) / 1024.0)
     return SimResult(
         plan=plan,
@@ -495,11 +506,14 @@ def _simulate(
 
 
 def memory_freed_mib(costs: StageCosts, a: Action) -> float:
-    """What a backward action frees at its end: B all but the W stash, W the stash, BW all."""
+    """What a backward action frees at its end: B all but the W stash, W the stash, BW all
+    (with recomputation, B and BW also free what they allocated at their start)."""
     s = a.stage
     if a.kind == "B":
-        return costs.activation_mib[s] - costs.stash_mib[s]
-    return costs.stash_mib[s] if a.kind == "W" else costs.activation_mib[s]
+        return costs.activation_mib[s] + costs.rec_mib(s) - costs.stash_mib[s]
+    if a.kind == "W":
+        return costs.stash_mib[s]
+    return costs.activation_mib[s] + costs.rec_mib(s)
 
 
 def peak_inflight(result: SimResult, stage: int) -> int:

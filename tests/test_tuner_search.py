@@ -107,8 +107,8 @@ def test_progress_callback_can_stop_the_search_and_carries_the_plan():
 
 def test_tuner_beats_or_matches_random_search_with_same_budget():
     prof = load_sample("jamba-v0.1")
-    t = tune(prof, 4, 8, time_budget_s=2, restarts=1)
-    rs = random_search(prof, 4, 8, time_budget_s=2, seed=0)
+    t = tune(prof, 4, 8, time_budget_s=4, restarts=1)
+    rs = random_search(prof, 4, 8, time_budget_s=4, seed=0)
     assert rs.fits_memory
     assert t.step_time_ms <= rs.step_time_ms + 1e-6
 

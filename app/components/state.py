@@ -407,8 +407,9 @@ def cached_auto_tune(profile: Profile, devices: int, mbs: int, cap: float) -> st
         return None
     try:
         res = tuning.call_tune(
-            tune, profile, devices, mbs, cap, AUTO_TUNE_BUDGET_S, 0, lambda _p: None
-        )
+            tune, profile, devices, mbs, cap, AUTO_TUNE_BUDGET_S, 0, lambda _p: None,
+            stop_at_convergence=True,
+        )  # fmt: skip
         plan = tuning.result_plan(res)
         if plan is None:
             return None

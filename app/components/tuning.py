@@ -54,8 +54,11 @@ def call_tune(
     seed: int,
     on_progress: Callable[[Progress], None],
     chunks: int | None = None,
+    stop_at_convergence: bool = False,
 ) -> Any:
-    """Run ``tune``; every progress report goes to ``on_progress`` as a :class:`Progress`."""
+    """Run ``tune``; every progress report goes to ``on_progress`` as a :class:`Progress`.
+    ``stop_at_convergence`` ends the search when its climbs converge instead of at the
+    budget (quick runs)."""
     return tune(
         profile,
         devices,
@@ -65,6 +68,7 @@ def call_tune(
         seed=seed,
         progress=lambda r: on_progress(from_report(r, time_budget_s)),
         **({"chunks": chunks} if chunks else {}),
+        **({"stop_at_convergence": True} if stop_at_convergence else {}),
     )
 
 

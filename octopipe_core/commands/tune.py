@@ -34,7 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="X",
         help="memory cap per device in GiB (default: the profile's device memory)",
     )
-    p.add_argument("--time-budget-s", type=float, default=30.0, metavar="S")
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="search for this long (the tuner keeps restarting from new layouts and stops "
+        "early only when a lower bound proves its plan optimal)",
+    )
+    p.add_argument(
+        "--stop-at-convergence",
+        action="store_true",
+        help="stop as soon as the climbs from the peers and layout families converge "
+        "(faster, may leave a few percent)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--out", default=None, metavar="PLAN.json", help="save the tuned plan here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -42,15 +55,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _progress(e: TuneProgress) -> None:
-    fits = "fits" if e.fits_memory else "OVER CAP"
-    move = f": {e.move}" if e.move else " (no gain)"
-    print(
-        f"[tune] it {e.iteration:3d} {e.phase:9s} best {e.best_step_time_ms:10.2f} ms "
-        f"({fits}) {e.elapsed_s:6.2f}s{move}",
-        file=sys.stderr,
-        flush=True,
-    )
+class LiveLines:
+    """Progress lines on stderr: every new best plan, every restart, and a heartbeat every
+    ``every_s`` seconds (the best so far and its gap to the strongest lower bound)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self.best = float("inf")
+        self.last = -1e9
+
+    def __call__(self, e: TuneProgress) -> None:
+        new_best = e.best_step_time_ms < self.best - 1e-9
+        if not (
+            new_best or e.phase in ("start", "restart") or e.elapsed_s - self.last >= self.every_s
+        ):
+            return
+        self.best = min(self.best, e.best_step_time_ms)
+        self.last = e.elapsed_s
+        fits = "fits" if e.fits_memory else "OVER CAP"
+        gap = ""
+        if e.best_bound_ms > 0:
+            gap = f", {100 * (e.best_step_time_ms / e.best_bound_ms - 1):+.2f}% vs bound"
+        move = f": {e.move}" if e.move else ""
+        print(
+            f"[tune] {e.elapsed_s:7.2f}s it {e.iteration:4d} {e.phase:9s} best "
+            f"{e.best_step_time_ms:10.2f} ms ({fits}{gap}){move}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
         memory_gib=args.memory_gib,
         time_budget_s=args.time_budget_s,
         seed=args.seed,
-        progress=_progress,
+        progress=LiveLines(),
+        stop_at_convergence=args.stop_at_convergence,
     )
+    print(f"[tune] {res.stop_reason}", file=sys.stderr, flush=True)
     if prof.deployment is not None and prof.deployment.layout.dp > 1:
         pol = order_w_for_dp(prof, res.plan, args.memory_gib)  # W order for the DP reductions
         if pol.moves:
@@ -122,6 +156,7 @@ def summary(res: TuneResult, name: str, out: str | None) -> str:
         ["speedup vs best fitting peer", d["speedup_vs_best_peer"] or "-"],
         ["layout", f"{res.plan.meta['tuner']['layout']}, {res.plan.num_stages} stages"],
         ["search_time_s", res.search_time_s],
+        ["stopped", res.stop_reason],
         ["iterations / evaluations", f"{res.iterations} / {res.evaluations}"],
         ["plan", out or "(not saved; pass --out PLAN.json)"],
     ]

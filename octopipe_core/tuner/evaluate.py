@@ -32,6 +32,7 @@ from octopipe_core.tuner.layouts import DeviceFn, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
 
 Partition = list[tuple[int, int]]
+Rec = tuple[int, ...] | list[int]  # stages that recompute their forward in B
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Evaluator:
         hops = sorted(self.hop_ms[:-1]) or [0.0]
         self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
+        self.memory_tight = False  # set by the tuner when the cap binds the peers
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
         self.pruned = 0
@@ -125,13 +127,14 @@ class Evaluator:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def costs(self, partition: Partition) -> StageCosts:
-        key = tuple(partition)
+    def costs(self, partition: Partition, recompute: Rec = ()) -> StageCosts:
+        """Stage costs of ``partition`` (``recompute``: stages that recompute their forward)."""
+        key = (tuple(partition), tuple(recompute))
         c = self._costs.get(key)
         if c is None:
             if len(self._costs) > 4096:
                 self._costs.clear()
-            c = stage_costs(self.profile, partition)
+            c = stage_costs(self.profile, partition, recompute)
             self._costs[key] = c
         return c
 
@@ -190,12 +193,15 @@ class Evaluator:
         order: list[list[Action]],
         origin: str,
         policy: Policy | None = None,
+        recompute: Rec = (),
     ) -> Candidate | None:
         """Simulate explicit device orders; ``None`` if they deadlock."""
         plan = Plan(self.microbatches, list(partition), list(placement), order, "octopipe-tuned")
+        plan.recompute = sorted(recompute)
         self.evaluations += 1
+        costs = self.costs(partition, plan.recompute)
         try:
-            r = simulate(self.profile, plan, self.cap_gib, check=False, costs=self.costs(partition))
+            r = simulate(self.profile, plan, self.cap_gib, check=False, costs=costs)
         except (OctoPipeError, KeyError):
             return None
         return Candidate(plan, r, origin, policy)
@@ -208,21 +214,24 @@ class Evaluator:
         policies: tuple[Policy, ...] | list[Policy] = POLICIES[:3],
         allow_overflow: bool = True,
         bound_ms: float | None = None,
+        recompute: Rec = (),
     ) -> Candidate | None:
         """List-schedule a layout with each policy; simulate the fastest schedule that fits.
 
         When no policy fits the cap and ``allow_overflow`` is set, the layout is scheduled
         without a cap so that the search can still rank it by its overflow. ``bound_ms``
         (default: the evaluator's ``bound_ms``, the incumbent's step time) lets the scheduler
-        give up early on plans that cannot beat it; those return ``None``.
+        give up early on plans that cannot beat it; those return ``None``. ``recompute``
+        lists the stages that recompute their forward in B.
         """
+        rec = tuple(sorted(recompute))
         if bound_ms is None:
             bound_ms = self.bound_ms if self.bound_fits else float("inf")
         bound = bound_ms
-        costs = self.costs(partition)
+        costs = self.costs(partition, rec)
         budgets = self.budgets_mib(costs, placement)
         best = None
-        lay = (tuple(partition), tuple(placement))
+        lay = (tuple(partition), tuple(placement), rec)
         for pol in policies:
             ck = (*lay, pol)
             lim = bound if best is None else min(bound, best.makespan_ms)
@@ -249,11 +258,14 @@ class Evaluator:
             )
             if best is None:
                 return None
-        return self.from_order(partition, placement, best.order, origin, best.policy)
+        return self.from_order(partition, placement, best.order, origin, best.policy, rec)
 
-    def seen_policy(self, partition: Partition, placement: list[int], policy: Policy) -> bool:
+    def seen_policy(
+        self, partition: Partition, placement: list[int], policy: Policy, recompute: Rec = ()
+    ) -> bool:
         """Whether this layout was already list-scheduled with ``policy``."""
-        return (tuple(partition), tuple(placement), policy) in self._ls_cache
+        key = (tuple(partition), tuple(placement), tuple(sorted(recompute)), policy)
+        return key in self._ls_cache
 
 
 @dataclass

@@ -134,11 +134,17 @@ def list_schedule(
     S, D, M = len(placement), num_devices, microbatches
     f, b, w = costs.f_ms, costs.b_ms, costs.w_ms
     act, stash = costs.activation_mib, costs.stash_mib
+    rec = costs.recompute_mib or [0.0] * S  # allocated by a recomputing B at its start
     wire, lat = costs.wire_ms, costs.latency_ms
     stages_of: list[list[int]] = [[] for _ in range(D)]
     for s, d in enumerate(placement):
         stages_of[d].append(s)
-    reserve = [sum(act[t] for t in stages_of[placement[s]] if t > s) for s in range(S)]
+    # room kept for later stages' forwards and for the largest recomputation on the device
+    top_rec = [max((rec[t] for t in st), default=0.0) for st in stages_of]
+    reserve = [
+        sum(act[t] for t in stages_of[placement[s]] if t > s) + top_rec[placement[s]]
+        for s in range(S)
+    ]
     first = [min(st) if st else -1 for st in stages_of]
     budget = [float("inf")] * D if budget_mib is None else list(budget_mib)
     limit = inflight_limits(placement, D, policy.inflight)
@@ -200,7 +206,15 @@ def list_schedule(
                     elif a < next_arr:
                         next_arr = a
         kind, s_pick, i_pick = "", -1, -1
-        if best_b is not None and not f_before_b:
+        if (
+            best_b is not None
+            and rec[-best_b[1]]
+            and wq[d]
+            and mem[d] + rec[-best_b[1]] > budget[d] + _EPS
+        ):  # a recomputing B would not fit yet: a pending W frees its stash first
+            code = wq[d].popleft()
+            kind, s_pick, i_pick = "W", code // M, code % M
+        elif best_b is not None and not f_before_b:
             kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
         else:
             best_f = None
@@ -270,6 +284,8 @@ def list_schedule(
         elif kind == "B":
             end = t + b[s]
             left[d] -= b[s]
+            if rec[s] and mem[d] + rec[s] > peak[d]:
+                peak[d] = mem[d] + rec[s]
             mem[d] -= act[s] - stash[s]
             b_next[s] = i + 1
             fwd_only[d] -= 1

@@ -29,14 +29,14 @@ def evaluate_partition(
     ev: Evaluator, inc: Candidate, part: Partition, keep_order: bool = True
 ) -> Candidate | None:
     """The better of: the incumbent's orders on ``part``, and a list-scheduled plan."""
-    place = inc.plan.placement
+    place, rec = inc.plan.placement, inc.plan.recompute
     best = None
     if keep_order:
-        best = ev.from_order(part, place, inc.plan.schedule, "", inc.policy)
+        best = ev.from_order(part, place, inc.plan.schedule, "", inc.policy, rec)
     pols = [inc.policy] if inc.policy is not None else []
     n = len(POLICIES) if ev.devices * ev.microbatches <= 16 else PARTITION_POLICIES
     pols += [p for p in POLICIES[:n] if p not in pols][: max(1, n - len(pols))]
-    ls = ev.from_policies(part, place, "", tuple(pols))
+    ls = ev.from_policies(part, place, "", tuple(pols), recompute=rec)
     if better(ls, best):
         best = ls
     return best

@@ -33,7 +33,6 @@ from octopipe_core.tuner.layouts import (
     device_loads,
     family_partition,
     family_placement,
-    fold_families,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
 
@@ -64,33 +63,37 @@ def _layout(
     return lambda: ev.from_policies(part, place, "", policies)
 
 
-def family_proposals(ev: Evaluator, current: str | None = None) -> list[Proposal]:
-    """Per layout family that fits the model's layer count: its exact fill-aware partition
-    (computed when the proposal is built), then the device-balanced one."""
-    out = []
-    n = ev.profile.num_layers
-    for fam in (*FAMILIES, *fold_families(ev.devices, n)):
-        place = family_placement(fam, ev.devices)
+def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) -> list[Proposal]:
+    """Layout families that fit the model's layer count, ranked by the objective of their
+    exact fill-aware partitions (the ``top`` best; fold depths 1, 2, 4, ... and the deepest),
+    then each regular family with its device-balanced partition."""
+    n, p = ev.profile.num_layers, ev.devices
+    deepest = min(p - 1, n - p)
+    folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
+    ranked = []
+    memory = (False, True) if ev.memory_tight else (False,)
+    for fam in (*FAMILIES, *(f"fold{r}" for r in folds)):
+        place = family_placement(fam, p)
         if fam == current or len(place) > n:
             continue
-        out.append(proposal("placement", f"switch to {fam}", _fill_layout(ev, place)))
-        if fam in FAMILIES:
-            part = family_partition(ev.weights, fam, ev.devices)
-            desc = f"switch to {fam} (device-balanced partition)"
-            out.append(proposal("placement", desc, _layout(ev, part, place, FAM_POL)))
+        for mem in memory:
+            res = ev.fill_partition(place, memory=mem)
+            if res.partition is not None and res.objective_ms is not None:
+                name = f"{fam} (memory-aware)" if mem else fam
+                ranked.append((res.objective_ms, name, res.partition, place))
+    ranked.sort(key=lambda x: x[0])
+    out = [
+        proposal("placement", f"switch to {fam}", _layout(ev, part, place, FAM_POL))
+        for _obj, fam, part, place in ranked[: top * len(memory)]
+    ]
+    for fam in FAMILIES:
+        place = family_placement(fam, p)
+        if fam == current or len(place) > n:
+            continue
+        part = family_partition(ev.weights, fam, p)
+        desc = f"switch to {fam} (device-balanced partition)"
+        out.append(proposal("placement", desc, _layout(ev, part, place, FAM_POL)))
     return out
-
-
-def _fill_layout(
-    ev: Evaluator, place: list[int], policies: tuple | None = FAM_POL
-) -> Callable[[], Candidate | None]:
-    def build() -> Candidate | None:
-        res = ev.fill_partition(place)
-        if res.partition is None:
-            return None
-        return _layout(ev, res.partition, place, policies)()
-
-    return build
 
 
 def _split(part: Partition, s: int, weights: list[float]) -> Partition | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from octopipe_core.plan import Action, backward_kinds, producers
 from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, proposal
-from octopipe_core.tuner.list_scheduler import POLICIES
+from octopipe_core.tuner.list_scheduler import POLICIES, Policy
 
 _EPS = 1e-9
 
@@ -121,7 +121,9 @@ def _moved(order: list[list[Action]], d: int, j: int, k: int) -> list[list[Actio
 
 def _order_thunk(ev: Evaluator, inc: Candidate, order: list[list[Action]]) -> Callable:
     plan = inc.plan
-    return lambda: ev.from_order(plan.partition, plan.placement, order, "")
+    return lambda: ev.from_order(
+        plan.partition, plan.placement, order, "", recompute=plan.recompute
+    )
 
 
 def advance_proposals(
@@ -273,16 +275,15 @@ def policy_proposals(ev: Evaluator, inc: Candidate, phase: str = "schedule") -> 
     """List-schedule the current layout with each policy not tried on it yet."""
     plan = inc.plan
     out = []
+    rec = plan.recompute
     for pol in POLICIES:
-        if ev.seen_policy(plan.partition, plan.placement, pol):
+        if ev.seen_policy(plan.partition, plan.placement, pol, rec):
             continue
-        out.append(
-            proposal(
-                phase,
-                f"re-plan with {pol.name}",
-                (lambda pol=pol: ev.from_policies(plan.partition, plan.placement, "", (pol,))),
-            )
-        )
+
+        def build(pol: Policy = pol) -> Candidate | None:
+            return ev.from_policies(plan.partition, plan.placement, "", (pol,), recompute=rec)
+
+        out.append(proposal(phase, f"re-plan with {pol.name}", build))
     return out
 
 
