@@ -174,6 +174,27 @@ def replay(
             "allreduce_ms": ar_ms, "p2p_latency_us": lat_us, "fitted_gbytes_per_s": bw}  # fmt: skip
 
 
+def tail_parts_ms(res: dict[str, Any], steps: list[int]) -> dict[str, float]:
+    """Median over steps and ranks of the loop's tail parts: the wait for the DP reductions
+    (from the rank's last compute op), the small all-reduce, the optimizer."""
+    last: dict[tuple[int, int], float] = {}
+    for rank, step, _, _, end, _ in res["records"]:
+        last[(rank, step)] = max(last.get((rank, step), 0.0), end)
+    parts: dict[str, list[float]] = {"dp_wait_ms": [], "sync_ms": [], "optimizer_ms": []}
+    sync_start: dict[tuple[int, int], float] = {}
+    for rank, step, name, a, b in res["tail"]:
+        if step not in steps:
+            continue
+        if name == "SYNC":
+            sync_start[(rank, step)] = a
+            parts["sync_ms"].append((b - a) * 1e3)
+        elif name == "OPT":
+            parts["optimizer_ms"].append((b - a) * 1e3)
+    for key, a in sync_start.items():
+        parts["dp_wait_ms"].append((a - last[key]) * 1e3)
+    return {k: statistics.median(v) for k, v in parts.items() if v}
+
+
 def exposed_tail_ms(res: dict[str, Any], steps: list[int]) -> float:
     """Median over steps of (step end - last compute op end on any rank)."""
     out = []
@@ -205,10 +226,11 @@ def main() -> int:
             meas = res["step_ms"][w:]
             med = statistics.median(meas)
             tail = exposed_tail_ms(res, list(range(w, len(res["step_ms"]))))
+            parts = tail_parts_ms(res, list(range(w, len(res["step_ms"]))))
             rows[dp] = {"dp": dp, "ranks": 2 * dp, "step_ms_median": med,
                         "step_ms_p25_p75": statistics.quantiles(meas, n=4)[::2],
                         "tokens_per_s": tokens * dp / med * 1e3,
-                        "exposed_tail_ms": tail}  # fmt: skip
+                        "exposed_tail_ms": tail, "tail_parts": parts}  # fmt: skip
             ar = None
             if dp == 2:
                 stage_mib = max(sum(grad_mib[i] for i in range(*r)) for r in plan.partition)

@@ -150,3 +150,46 @@ def test_slurm_script_runs_under_stand_in_srun(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     res = json.loads((job / "out" / "result.json").read_text())
     assert len(res["losses"]) == 1 and res["layout"]["pp"] == 2
+
+
+def test_torchtitan_and_megatron_fragments_or_the_failing_constraint(tmp_path: Path) -> None:
+    from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
+
+    from octopipe_core.executor.export import export_job
+    from octopipe_core.executor.frameworks import placement_style
+    from octopipe_core.executor.plans import irregular_plan
+
+    tomllib = pytest.importorskip("tomllib")
+    llama = load_sample("llama-3-8b")
+    cases = [("interleaved", "loop", "Interleaved1F1B"), ("zbv", "v", "ZBVZeroBubble"),
+             ("1f1b", "loop", "1F1B")]  # fmt: skip
+    for sched, style, name in cases:
+        plan = build_plan(llama, sched, 2, 4)
+        assert placement_style(plan) == style
+        # the placement torchtitan builds for that schedule name is the plan's
+        torch_map = generate_stage_to_rank_mapping(2, plan.num_stages, style=style)
+        assert [torch_map[s] for s in range(plan.num_stages)] == list(plan.placement)
+        job = export_job(plan, llama, tmp_path / sched)
+        tt = tomllib.loads((job / "torchtitan.toml").read_text())["parallelism"]
+        assert tt["pipeline_parallel_schedule"] == name and tt["pipeline_parallel_degree"] == 2
+        assert (job / tt["pipeline_parallel_schedule_csv"]).is_file()
+        fqns = tt["module_fqns_per_model_part"]
+        assert len(fqns) == plan.num_stages and fqns[0][0] == "tok_embeddings"
+        assert [f for part in fqns for f in part] == ["tok_embeddings"] + [
+            f"layers.{i}" for i in range(32)] + ["norm", "lm_head"]  # fmt: skip
+        md = (job / "FRAMEWORKS.md").read_text()
+        if style == "loop":
+            layout = md.split('--pipeline-model-parallel-layout "')[1].split('"')[0]
+            assert layout.count("|") == plan.num_stages - 1 and layout.startswith("Et")
+            assert layout.endswith("tL") and layout.count("t") == 32
+        else:
+            assert "Megatron-LM\n\nNot expressible: placement [0, 1, 1, 0] is not loop" in md
+    hybrid = load_sample("nemotron-h-8b")
+    md = (export_job(build_plan(hybrid, "interleaved", 2, 4), hybrid, tmp_path / "h")
+          / "FRAMEWORKS.md").read_text()  # fmt: skip
+    pattern = md.split('--hybrid-layer-pattern "')[1].split('"')[0]
+    assert pattern.count("|") == 3 and set(pattern) <= set("M*-E|")
+    job = export_job(irregular_plan(hybrid.num_layers, 4), hybrid, tmp_path / "irr")
+    assert not (job / "torchtitan.toml").exists()
+    md = (job / "FRAMEWORKS.md").read_text()
+    assert "Not expressible: placement [0, 1, 0] ([2, 1] stages per rank)" in md

@@ -184,15 +184,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  note: TP{dep.layout.tp} of the layout is not executed: one rank per device")
     if note:
         print(f"  {note}")
-    for f in (
-        "executor_config.json",
-        "launch.sh",
-        "slurm.sbatch",
-        "schedule.csv",
-        "schedule.json",
-        "trace_simulated.json",
-        "plan.json",
-    ):
+    for f in sorted(p.name for p in out.iterdir()):
         print(f"  {f}")
     print(f"run it: octopipe run {out} --check   (or {out}/launch.sh, or sbatch slurm.sbatch)")
     return 0

@@ -16,6 +16,9 @@ Files written:
   ``_PipelineScheduleRuntime._load_csv`` (one row per rank, cells ``{stage}{F|I|W|B}{mb}``:
   split backward = I + W, fused backward = B) and ``schedule.json`` its side-car (stage -> rank,
   micro-batches, layer ranges per stage, torch version);
+* ``FRAMEWORKS.md`` (and ``torchtitan.toml`` where torchtitan can run the plan): the
+  torchtitan / Megatron-LM settings of the plan, or the constraint it fails
+  (``executor.frameworks``);
 * ``trace_simulated.json``: Chrome trace (Perfetto) of the simulated timeline;
 * ``plan.json``: the plan as given.
 """
@@ -335,6 +338,12 @@ def export_job(
     (out / "schedule.csv").write_text(torch_csv(plan))
     (out / "schedule.json").write_text(json.dumps(torch_sidecar(plan), indent=1) + "\n")
     save_plan(plan, out / "plan.json", profile)
+    from octopipe_core.executor.frameworks import frameworks_md, torchtitan_fragment
+
+    (out / "FRAMEWORKS.md").write_text(frameworks_md(plan, profile))
+    tt = torchtitan_fragment(plan, profile)
+    if tt.ok:
+        (out / "torchtitan.toml").write_text(tt.text)
     from octopipe_core.executor.trace import sim_trace, write_trace
     from octopipe_core.simulator import simulate
 

@@ -146,13 +146,14 @@ class PipelineExecutor:
         self.x, self.y = x.to(self.device), y.to(self.device)
 
     def stage_params(self, s: int) -> list[tuple[str, nn.Parameter]]:
-        """``(name, parameter)`` of stage ``s``'s layers, in layer order."""
+        """``(name, parameter)`` of stage ``s``'s trainable parameters, in layer order."""
         lo, hi = self.plan.partition[s]
         return [
             (f"{i}.{n}", p)
             for i in range(lo, hi)
             if self.layers[i] is not None
             for n, p in self.layers[i].named_parameters()  # type: ignore[union-attr]
+            if p.requires_grad
         ]
 
     def _wait(self, work: Any, what: str) -> None:

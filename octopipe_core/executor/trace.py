@@ -47,7 +47,8 @@ def records_trace(
 ) -> dict[str, Any]:
     """Trace of executed op records ``(rank, step, op, start_s, end_s, wait_s)``; ``tail``:
     ``(rank, step, name, start_s, end_s)`` of DP reductions (``<stage>DP``, from launch to the
-    end of its wait) and optimizer steps (``OPT``), on a third thread of each rank."""
+    end of its wait), the step's small all-reduce (``SYNC``: gradient norm, loss, requests) and
+    optimizer steps (``OPT``), on a third thread of each rank."""
     if not records:
         return {"traceEvents": []}
     base = min(r[3] for r in records) if t0 is None else t0

@@ -154,8 +154,10 @@ def execute(
             dtype=torch.float64,
             device=device,
         )  # fmt: skip
+        t_sync = time.perf_counter()
         dist.all_reduce(flags)
         flags = flags.cpu()
+        dpar.tail.append(("SYNC", t_sync, time.perf_counter()))
         norm = float(flags[0] / dpar.norm_divisor) ** 0.5
         if not math.isfinite(norm):
             raise OctoPipeError(

@@ -87,11 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(3)
     if rank == 0 and res is not None:
         write_outputs(res, out)
-        print(
-            f"octopipe worker: losses {res['losses']} "
-            f"step_ms {[round(x, 2) for x in res['step_ms']]}",
-            flush=True,
-        )
+        n = len(res["losses"])
+        last = f"; last loss {res['losses'][-1]:.6g}" if n else ""
+        print(f"octopipe worker: {n} step(s) from step {res['start_step']}{last}", flush=True)
     dist.destroy_process_group()
     return 0
 
