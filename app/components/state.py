@@ -287,7 +287,7 @@ def sidebar(page: str = "") -> None:
         if ss.get("cluster_error"):
             st.error(ss["cluster_error"])
         err = work_error()
-        if err and page in ("export", "layouts", "profile"):  # pages that do not stop on it
+        if err and page in ("export", "layouts", "profile", "cluster"):  # pages that go on
             st.warning(err)
         st.divider()
         display.sidebar_controls()

@@ -47,8 +47,9 @@ def _number(ev: dict[str, Any], key: str, src: str, where: str) -> float:
     v = ev.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise input_error(src, f"{where}.{key}", f"got {str(v)[:30]!r}", "write a finite number")
-    if not 0 <= v <= 1e15:
-        raise input_error(src, f"{where}.{key}", f"{v:g} is out of range", "use 0..1e15 µs")
+    lo = 0.0 if key == "dur" else -1e15  # a wait before the first op starts before 0
+    if not lo <= v <= 1e15:
+        raise input_error(src, f"{where}.{key}", f"{v:g} is out of range", f"use {lo:g}..1e15 µs")
     return float(v)
 
 
