@@ -50,7 +50,7 @@ CHUNK_LABEL = "hatched / lighter: the device's 2nd chunk (V, interleaved)"
 CAP_COLOR = "#C00000"
 TEMPLATE = "plotly_white"
 LIGHT_BG = "#FFFFFF"
-DARK_BG = "#0E1117"
+DARK_BG = "#171614"  # Streamlit's dark background
 DARK_FG = "#FAFAFA"
 # ``meta`` of traces drawn in the background colour (the raster's lane separators) and of
 # highlights drawn in the foreground colour (the critical path): ``themed`` recolours both

@@ -92,9 +92,9 @@ def where_time_figure(frames: Mapping[str, pd.DataFrame]) -> go.Figure:
         barmode="stack",
         bargap=0.15,
         template=TEMPLATE,
-        height=sum(heights) + 50 * len(names) + 80,
-        margin={"l": 60, "r": 20, "t": 70, "b": 50},
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "yref": "container"},
+        height=sum(heights) + 50 * len(names) + 130,
+        margin={"l": 60, "r": 20, "t": 50, "b": 120},
+        legend={"orientation": "h", "y": 0, "yanchor": "bottom", "x": 0, "yref": "container"},
     )
     fig.update_annotations(font_size=12)
     return fig
