@@ -39,5 +39,5 @@ pages = [
     st.Page("views/layouts.py", title="Layouts", icon=":material/grid_view:", url_path="layouts"),
 ]
 page = st.navigation(pages)
-state.sidebar()
+state.sidebar(page.url_path)
 page.run()

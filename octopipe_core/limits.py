@@ -21,6 +21,9 @@ from octopipe_core.errors import OctoPipeError
 
 MAX_SIMULATE_OPS = 8_000_000
 MAX_TUNE_OPS = 1_000_000
+# The dashboard serves many sessions from one process: each request stays well under a second
+# of simulation per plan, and a page simulates up to about fifteen plans.
+MAX_DASHBOARD_OPS = 400_000
 
 
 def plan_ops(num_stages: int, num_microbatches: int) -> int:
@@ -28,14 +31,35 @@ def plan_ops(num_stages: int, num_microbatches: int) -> int:
     return 5 * num_stages * num_microbatches
 
 
-def check_size(num_stages: int, num_microbatches: int, what: str) -> None:
-    """Refuse a plan too large to ``simulate`` or ``tune`` in reasonable time."""
-    limit = MAX_TUNE_OPS if what == "tune" else MAX_SIMULATE_OPS
+def check_size(
+    num_stages: int,
+    num_microbatches: int,
+    what: str,
+    *,
+    limit: int | None = None,
+    fix: str | None = None,
+) -> None:
+    """Refuse a plan too large to ``simulate`` or ``tune`` in reasonable time (``limit`` ops,
+    by default the one for ``what``; ``fix`` replaces the suggested fix).
+
+    >>> try:
+    ...     check_size(128, 1024, "draw", limit=MAX_DASHBOARD_OPS, fix="at most 625 here")
+    ... except ValueError as e:
+    ...     print(str(e)[-53:])
+    over the limit of 400,000 here; fix: at most 625 here
+    """
+    if limit is None:
+        limit = MAX_TUNE_OPS if what == "tune" else MAX_SIMULATE_OPS
     ops = plan_ops(num_stages, num_microbatches)
     if ops > limit:
         fit = max(1, limit // (5 * num_stages))
+        if fix is None:
+            fix = f"fewer micro-batches or stages (e.g. --microbatches {fit})"
+            raise OctoPipeError(
+                f"{what}: {num_stages:,} stages x {num_microbatches:,} micro-batches is {ops:,} "
+                f"ops per simulation, over the {limit:,} this machine can {what}; fix: {fix}"
+            )
         raise OctoPipeError(
             f"{what}: {num_stages:,} stages x {num_microbatches:,} micro-batches is {ops:,} ops "
-            f"per simulation, over the {limit:,} this machine can {what}; fix: fewer "
-            f"micro-batches or stages (e.g. --microbatches {fit})"
+            f"per simulation, over the limit of {limit:,} here; fix: {fix}"
         )

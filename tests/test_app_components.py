@@ -43,7 +43,8 @@ def test_gantt_one_trace_per_kind_with_hover(prof: Any) -> None:
     f = next(t for t in bars if t.name == charts.KIND_LABELS["F"])
     assert "stage" in f.hovertemplate and "micro-batch" in f.hovertemplate
     assert "layers" in f.hovertemplate
-    assert f.customdata.shape == (int((tl["kind"] == "F").sum()), 7)
+    # stage, mb, layers, device, start, end, duration, chunk
+    assert f.customdata.shape == (int((tl["kind"] == "F").sum()), 9)
     # bars start where the op starts (base) and last its duration (x)
     g = tl[tl["kind"] == "F"]
     assert np.allclose(f.base, g["start_ms"]) and np.allclose(f.x, g["end_ms"] - g["start_ms"])
@@ -88,8 +89,8 @@ def test_memory_figure_draws_cap_and_units(prof: Any) -> None:
     assert fig.layout.yaxis.title.text == "memory (GiB)"
     assert fig.layout.shapes[0].y0 == 80.0
     big = pd.concat([r.memory_curves().assign(device=lambda df, k=k: df.device + 4 * k)
-                     for k in range(5)])  # fmt: skip
-    assert len(charts.memory_figure({"x": big}, 80.0).data) == 1  # >16 devices: one trace
+                     for k in range(17)])  # fmt: skip
+    assert len(charts.memory_figure({"x": big}, 80.0).data) == 1  # >64 devices: one trace
 
 
 def test_layer_cost_and_sweep_figures(prof: Any) -> None:

@@ -6,6 +6,7 @@ Skipped when ``chromium`` is not on PATH. Screenshots land in ``test-artifacts/`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -127,8 +128,9 @@ def test_landing_page_shows_the_point(server: str, page: object) -> None:
     page.goto(server)
     wait_idle(page)
     page.get_by_text("faster than 1F1B").wait_for()
-    charts_drawn(page, 2)
-    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    charts_drawn(page, 4)
+    # timelines, where the time goes, peak memory per device, memory curves
+    assert page.get_by_test_id("stPlotlyChart").count() == 4
     # one lane per device in the Gantt, the cap drawn on the memory chart
     assert page.locator(".main-svg").first.is_visible()
     assert page.get_by_text("cap 80 GiB").count() >= 1
@@ -142,6 +144,13 @@ def test_landing_page_shows_the_point(server: str, page: object) -> None:
     tip.wait_for()
     text = tip.text_content()
     assert "stage 7" in text and "micro-batch" in text and "layers" in text
+    # the hover gives start–end and the duration, not the end time twice
+    lines = tip.locator("tspan.line").all_text_contents()
+    m = next((re.fullmatch(r"([\d.]+)–([\d.]+) ms \(([\d.]+) ms\)", x) for x in lines
+              if x.endswith("ms)")), None)  # fmt: skip
+    assert m, lines
+    start_ms, end_ms, dur_ms = (float(x) for x in m.groups())
+    assert dur_ms == pytest.approx(end_ms - start_ms, abs=0.02) and dur_ms < start_ms
     page.locator("[data-testid='stPlotlyChart']").first.screenshot(
         path=str(ARTIFACTS / "e2e-overview-hover.png")
     )
@@ -277,3 +286,106 @@ def test_cluster_page_and_ranked_layouts(server: str, page: object) -> None:
     assert "dp=" in page.url and "cluster=16x8-h800-ib400" in page.url
     charts_drawn(page, 1)
     no_exception(page)
+
+
+def docs_element(locator: object, name: str) -> None:
+    """Also save an element's screenshot for the README (see ``docs_shot``)."""
+    folder = os.environ.get("OCTOPIPE_DOCS_SCREENSHOTS")
+    if folder:
+        (ROOT / folder).mkdir(parents=True, exist_ok=True)
+        locator.screenshot(path=str(ROOT / folder / f"{name}.png"))
+
+
+def chart(page: object, n: int) -> object:
+    return page.get_by_test_id("stPlotlyChart").nth(n)
+
+
+def test_views_a_performance_engineer_expects(server: str, page: object) -> None:
+    """Where the time goes, the critical path, a V's chunks, SVG download, the plan diff by
+    layers, sweeps over the cap and a run's trace over the simulated timeline; the shared URL
+    keeps the partition."""
+    page.goto(f"{server}/plan?devices=8&microbatches=16&schedule=zbv&partition=balanced&critical=1")
+    wait_idle(page)
+    page.get_by_text("zbv/balanced").first.wait_for()
+    charts_drawn(page, 3)
+    assert "partition=balanced" in page.url and "critical=1" in page.url
+    legend = page.locator(".legendtext").all_text_contents()
+    assert "critical path" in legend
+    assert any("2nd chunk" in t for t in legend)
+    assert {"busy (compute)", "waiting on transfers", "over the cap"} <= set(legend)
+    page.get_by_text("Where the time goes").wait_for()
+    assert page.get_by_text("Over the memory cap").count() == 1
+    no_exception(page)
+    shot(page, "views-plan")
+    docs_element(chart(page, 0), "critical-path")
+    where = page.get_by_test_id("stHorizontalBlock").filter(has_text="Where the time goes")
+    docs_element(where.last, "where-the-time-goes")
+    # the camera button saves the chart as SVG, drawn in the browser
+    chart(page, 0).hover()
+    with page.expect_download() as dl:
+        chart(page, 0).locator(".modebar-btn[data-title='Download plot']").click()
+    target = ARTIFACTS / dl.value.suggested_filename
+    dl.value.save_as(target)
+    assert target.name == "octopipe-timeline.svg"
+    assert target.read_text()[:200].lstrip().startswith("<svg")
+    # metric values and table cells are never cut off
+    for value in page.get_by_test_id("stMetricValue").all():
+        assert value.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), value.inner_text()
+
+    page.goto(
+        f"{server}/compare?devices=8&microbatches=16&plans=1f1b/uniform,zbv/balanced&view=diff"
+    )
+    wait_idle(page)
+    page.get_by_text("run on another device").first.wait_for()
+    charts_drawn(page, 1)
+    no_exception(page)
+    shot(page, "views-diff")
+    docs_shot(page, "plan-diff", full_page=False)
+
+    page.goto(f"{server}/compare?devices=8&microbatches=16&memory_gib=64&view=sweep")
+    wait_idle(page)
+    page.get_by_text("do not fit the 64 GiB memory cap").wait_for()
+    charts_drawn(page, 1)
+    assert "does not fit the memory cap" in page.locator(".legendtext").all_text_contents()
+    no_exception(page)
+    docs_element(chart(page, 0), "sweep-over-cap")
+
+    page.goto(f"{server}/compare?devices=4&microbatches=8&view=executed")
+    wait_idle(page)
+    from octopipe_core.profile import load_sample
+    from octopipe_core.schedules import build_plan
+    from tests.dash_helpers import executed_trace
+
+    prof = load_sample("nemotron-h-8b")
+    trace = ARTIFACTS / "trace_executed.json"
+    trace.write_bytes(executed_trace(prof, build_plan(prof, "1f1b", 4, 8)))
+    page.get_by_test_id("stSelectbox").filter(has_text="plan that was run").click()
+    page.get_by_role("option", name="1f1b/uniform", exact=True).click()
+    wait_idle(page)
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace))
+    wait_idle(page)
+    charts_drawn(page, 1)
+    legend = page.locator(".legendtext").all_text_contents()
+    assert "simulated F (forward)" in legend and "executed F (forward)" in legend
+    no_exception(page)
+    shot(page, "views-executed")
+    docs_element(chart(page, 0), "simulated-vs-executed")
+
+
+def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) -> None:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1400}, color_scheme="dark")
+    pg = ctx.new_page()
+    pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    try:
+        pg.goto(f"{server}/plan?devices=4&microbatches=8&schedule=zbv")
+        wait_idle(pg)
+        charts_drawn(pg, 3)
+        style = "e => getComputedStyle(e).backgroundColor"
+        app_bg = pg.get_by_test_id("stApp").evaluate(style)
+        chart_bg = pg.locator("[data-testid='stPlotlyChart'] .main-svg").first.evaluate(style)
+        assert app_bg == chart_bg == "rgb(23, 22, 20)"
+        no_exception(pg)
+        pg.screenshot(path=str(ARTIFACTS / "e2e-dark.png"))
+        docs_shot(pg, "dark", full_page=False)
+    finally:
+        ctx.close()

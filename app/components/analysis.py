@@ -112,7 +112,7 @@ def metrics_table(named: dict[str, dict[str, Any]]) -> pd.DataFrame:
     ...     "fits_memory": True}, "b": {"step_time_ms": 8.0, "tokens_per_gpu_per_s": 125.0,
     ...     "bubble_ratio": 0.1, "comm_overlap_ratio": 1.0, "max_peak_memory_gib": 6.0,
     ...     "fits_memory": True}})
-    >>> t.loc["b", "Δ step time (%)"], t.loc["b", "speedup (×)"]
+    >>> float(t.loc["b", "Δ step time (%)"]), float(t.loc["b", "speedup (×)"])
     (-20.0, 1.25)
     """
     rows = []
@@ -130,6 +130,77 @@ def metrics_table(named: dict[str, dict[str, Any]]) -> pd.DataFrame:
         row["Δ peak memory (GiB)"] = round(m["max_peak_memory_gib"] - ref["max_peak_memory_gib"], 3)
         rows.append(row)
     return pd.DataFrame(rows).set_index("plan")
+
+
+TABLE_FORMATS = {
+    "step time (ms)": "{:,.1f}",
+    "tokens/GPU/s": "{:,.0f}",
+    "bubble ratio": "{:.3f}",
+    "comm overlap": "{:.2f}",
+    "peak memory (GiB)": "{:.1f}",
+    "Δ step time (%)": "{:+.1f}",
+    "speedup (×)": "{:.3f}",
+    "Δ tokens/GPU/s (%)": "{:+.1f}",
+    "Δ peak memory (GiB)": "{:+.1f}",
+}
+
+
+def format_metrics_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``metrics_table`` as display strings; a delta that rounds to zero is "±0", never a
+    signed zero.
+
+    >>> t = pd.DataFrame({"Δ step time (%)": [0.0, -0.04, 12.5], "fits cap": [True, False, True]})
+    >>> format_metrics_table(t).to_dict("list")
+    {'Δ step time (%)': ['±0', '±0', '+12.5'], 'fits cap': ['yes', 'NO', 'yes']}
+    """
+    out = pd.DataFrame(index=table.index)
+    for col in table.columns:
+        fmt = TABLE_FORMATS.get(col)
+        vals = table[col]
+        if col == "fits cap":
+            out[col] = ["yes" if v else "NO" for v in vals]
+        elif fmt is None:
+            out[col] = vals
+        else:
+            texts = [fmt.format(v) for v in vals]
+            zero = [float(t.replace(",", "")) == 0 for t in texts]
+            out[col] = ["±0" if z and "+" in fmt else t for t, z in zip(texts, zero, strict=True)]
+    return out
+
+
+def headline(name: str, m: dict[str, Any], ref_name: str, ref: dict[str, Any]) -> str:
+    """The Overview's one-line verdict: ``name`` against the reference, faster or slower, and
+    plainly which of them does not fit the memory cap.
+
+    >>> ok = {"step_time_ms": 100.0, "fits_memory": True, "max_peak_memory_gib": 70.0,
+    ...       "memory_cap_gib": 80.0}
+    >>> headline("tuned", ok, "1F1B", {**ok, "step_time_ms": 150.0})
+    'tuned is 1.50× faster than 1F1B'
+    >>> headline("tuned", {**ok, "step_time_ms": 200.0}, "1F1B", ok)
+    'tuned is 2.00× slower than 1F1B'
+    >>> headline("tuned", ok, "1F1B", {**ok, "fits_memory": False, "max_peak_memory_gib": 92.4})
+    'tuned is 1.00× as fast as 1F1B, which does not fit the 80 GiB cap (peak 92.4 GiB)'
+    """
+    x = ref["step_time_ms"] / m["step_time_ms"]
+    if round(x, 2) == 1.0:
+        verdict = f"{name} is {x:.2f}× as fast as {ref_name}"
+    elif x > 1:
+        verdict = f"{name} is {x:.2f}× faster than {ref_name}"
+    else:
+        verdict = f"{name} is {1 / x:.2f}× slower than {ref_name}"
+    cap = m["memory_cap_gib"]
+    if not m["fits_memory"] and not ref["fits_memory"]:
+        return f"{verdict}; neither fits the {cap:g} GiB cap"
+    if not m["fits_memory"]:
+        return f"{verdict}, but it does not fit the {cap:g} GiB cap (peak " + (
+            f"{m['max_peak_memory_gib']:.1f} GiB)"
+        )
+    if not ref["fits_memory"]:
+        return (
+            f"{verdict}, which does not fit the {cap:g} GiB cap (peak "
+            f"{ref['max_peak_memory_gib']:.1f} GiB)"
+        )
+    return verdict
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,6 +259,34 @@ def profile_with_types(profile: Profile, edited: pd.DataFrame) -> Profile:
     d["layer_types"] = types
     d.pop("source", None)
     return Profile.from_dict(d, source="edited table")
+
+
+def provenance(profile: Profile) -> str:
+    """Where a profile's numbers come from and the device they are for, in one sentence.
+
+    >>> from octopipe_core.profile import load_sample
+    >>> provenance(load_sample("nemotron-h-56b"))[:66]
+    'Analytic, not measured: derived by the cost model for H800 (80 GiB'
+    """
+    dev = profile.device
+    gpus = (
+        "1 GPU per pipeline device"
+        if dev.gpus == 1
+        else f"{dev.gpus} GPUs per pipeline device (a tensor-parallel group)"
+    )
+    where = (
+        f"{dev.name} ({dev.memory_gib:g} GiB, {dev.p2p_gbps:g} GB/s, "
+        f"{dev.p2p_latency_us:g} µs latency), {gpus}: device.gpus = {dev.gpus}, which "
+        "tokens/GPU/s counts"
+    )
+    src = profile.source or ""
+    if src.startswith("derived by octopipe_core.costmodel"):
+        return (
+            f"Analytic, not measured: derived by the cost model for {where}. FLOP and byte "
+            "counts turned into time; replace them with profiled numbers for real plans."
+        )
+    note = f" Source: {src[:160]}." if src else ""
+    return f"For {where}.{note}"
 
 
 def families() -> tuple[str, ...]:

@@ -12,11 +12,16 @@ On a cluster the timeline gets more: transfers that cross nodes get their own da
 on the comm strip (``send_F_x``, ``send_B_x``), each device gets a third strip for its
 data-parallel stream (gradient reductions, ZeRO-1 parameter all-gathers, the timeline's
 ``stream == "dp"`` rows), and the optimizer step is drawn on the compute lane.
+
+A stage that is its device's second chunk (a V shape, an interleaved schedule) is hatched
+(bars) or lighter (raster) in its kind's colour; the critical path (``critical``) is outlined
+and joined by a line, the other ops dimmed. Other figures (memory, sweeps, where the time
+goes) are in ``plots``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,36 +30,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.components.palette import (
+    CHUNK_LABEL,
+    CHUNK_PATTERN,
+    KIND_COLORS,
+    KIND_LABELS,
+    MASK,
+    OUTLINE,
+    OUTLINE_LIGHT,
+    TEMPLATE,
+    legend_stub,
+    lighter,
+)
+
 COMPUTE_KINDS = ("F", "B", "W", "BW", "optimizer")
 COMM_KINDS = ("send_F", "send_B", "send_F_x", "send_B_x")
 DP_KINDS = ("grad_sync", "param_gather")
 KINDS = (*COMPUTE_KINDS, *COMM_KINDS, *DP_KINDS)
-KIND_COLORS = {
-    "F": "#4C78A8",
-    "B": "#F58518",
-    "W": "#54A24B",
-    "BW": "#B64E9B",
-    "optimizer": "#9D755D",
-    "send_F": "#9ECAE9",
-    "send_B": "#FFBF79",
-    "send_F_x": "#08306B",
-    "send_B_x": "#A63603",
-    "grad_sync": "#E45756",
-    "param_gather": "#17BECF",
-}
-KIND_LABELS = {
-    "F": "F (forward)",
-    "B": "B (input grad)",
-    "W": "W (weight grad)",
-    "BW": "BW (fused backward)",
-    "optimizer": "optimizer step",
-    "send_F": "send activation",
-    "send_B": "send gradient",
-    "send_F_x": "send activation (inter-node)",
-    "send_B_x": "send gradient (inter-node)",
-    "grad_sync": "DP gradient reduction",
-    "param_gather": "ZeRO-1 parameter all-gather",
-}
 INTER_NODE = " (inter-node)"  # suffix of the timeline's "layers" on a transfer across nodes
 DEFAULT_MAX_BARS = 3000
 DEFAULT_BINS = 1000
@@ -62,7 +54,6 @@ COMPUTE_WIDTH = 0.62
 COMPUTE_SHIFT = 0.08  # compute lane centre above the device tick (y grows downwards)
 COMM_WIDTH = 0.18
 COMM_OFFSET = 0.36  # comm strip centre below the device tick
-TEMPLATE = "plotly_white"
 
 
 @dataclass(frozen=True)
@@ -114,44 +105,63 @@ def _split_layers(layers: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _bar_traces(df: pd.DataFrame, legend: bool, lanes: Lanes = FLAT_LANES) -> list[go.Bar]:
+    """One ``go.Bar`` trace per op kind. Optional columns of ``df``: ``chunk`` (0-based index
+    of the stage among its device's stages: later chunks are hatched) and ``critical`` (bool:
+    the other ops are dimmed)."""
     traces = []
+    chunked = "chunk" in df.columns and bool((df["chunk"] > 0).any())
     for kind in KINDS:
         g = df[df["kind"] == kind]
         if g.empty:
             continue
         start = g["start_ms"].to_numpy(np.float64)
-        dur = g["end_ms"].to_numpy(np.float64) - start
+        end = g["end_ms"].to_numpy(np.float64)
+        dur = end - start
         dev = g["device"].to_numpy(np.int32)
-        when = "%{customdata[5]:.2f}–%{customdata[6]:.2f} ms (%{x:.3f} ms)<extra></extra>"
+        chunk = g["chunk"].to_numpy(np.int32) + 1 if "chunk" in g.columns else np.ones_like(dev)
+        when = "%{customdata[5]:.2f}–%{customdata[6]:.2f} ms (%{customdata[7]:.3f} ms)"
+        when += "<extra></extra>"
+        marker: dict[str, Any] = {"color": KIND_COLORS[kind], "line": {"width": 0}}
         if kind in COMM_KINDS:
             dst = g["layers"].str.extract(r"^to d(\d+)", expand=False)
             dst_i = pd.to_numeric(dst, errors="coerce").fillna(-1).to_numpy(np.int32)
-            cd = np.column_stack([g["stage"], g["mb"], dst_i, dst_i, dev, start, start + dur])
+            cols = [g["stage"], g["mb"], dst_i, dst_i]
             hover = (
                 f"<b>{KIND_LABELS[kind]}</b> d%{{customdata[4]}} → d%{{customdata[2]}}<br>"
                 f"from stage %{{customdata[0]}} · micro-batch %{{customdata[1]}}<br>{when}"
             )
             y, width = dev + lanes.comm_offset, lanes.comm_width
         elif kind in DP_KINDS:
-            cd = np.column_stack([g["stage"], g["mb"], dev, dev, dev, start, start + dur])
+            cols = [g["stage"], g["mb"], dev, dev]
             hover = (
                 f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>"
                 f"gradients of stage %{{customdata[0]}} over the DP group<br>{when}"
             )
             y, width = dev + lanes.dp_offset, lanes.dp_width
         elif kind == "optimizer":
-            cd = np.column_stack([g["stage"], g["mb"], dev, dev, dev, start, start + dur])
+            cols = [g["stage"], g["mb"], dev, dev]
             hover = f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>{when}"
             y, width = dev - lanes.compute_shift, lanes.compute_width
         else:
             lo, hi = _split_layers(g["layers"])
-            cd = np.column_stack([g["stage"], g["mb"], lo, hi, dev, start, start + dur])
+            cols = [g["stage"], g["mb"], lo, hi]
+            of = " (chunk %{customdata[8]} of its device)" if chunked else ""
             hover = (
                 f"<b>{KIND_LABELS[kind]}</b> on d%{{customdata[4]}}<br>"
-                "stage %{customdata[0]} · micro-batch %{customdata[1]}<br>"
+                f"stage %{{customdata[0]}}{of} · micro-batch %{{customdata[1]}}<br>"
                 f"layers %{{customdata[2]}}–%{{customdata[3]}}<br>{when}"
             )
             y, width = dev - lanes.compute_shift, lanes.compute_width
+            if chunked:
+                marker["pattern"] = {
+                    "shape": np.where(chunk > 1, CHUNK_PATTERN, "").tolist(),
+                    "fgcolor": "rgba(255,255,255,0.75)",
+                    "size": 6,
+                    "solidity": 0.35,
+                }
+        if "critical" in g.columns and bool(df["critical"].any()):
+            marker["opacity"] = np.where(g["critical"].to_numpy(bool), 1.0, 0.3)
+        cd = np.column_stack([*cols, dev, start, end, dur, chunk])
         traces.append(
             go.Bar(
                 x=dur,
@@ -162,7 +172,7 @@ def _bar_traces(df: pd.DataFrame, legend: bool, lanes: Lanes = FLAT_LANES) -> li
                 name=KIND_LABELS[kind],
                 legendgroup=kind,
                 showlegend=legend,
-                marker={"color": KIND_COLORS[kind], "line": {"width": 0}},
+                marker=marker,
                 customdata=cd.astype(np.float32),
                 hovertemplate=hover,
             )
@@ -171,6 +181,20 @@ def _bar_traces(df: pd.DataFrame, legend: bool, lanes: Lanes = FLAT_LANES) -> li
 
 
 RASTER_KINDS = ("F", "B", "W", "BW", *COMM_KINDS)  # the rest (few per device) stay bars
+CHUNK_KINDS = ("F", "B", "W", "BW")  # drawn lighter when the stage is a later chunk
+
+
+def _raster_codes() -> tuple[dict[str, int], list[str], list[str]]:
+    """Cell codes (2.., 0 and 1 are transparent), their colours and their hover labels: one
+    per raster kind, then a lighter one per compute kind for later chunks."""
+    codes = {k: i + 2 for i, k in enumerate(RASTER_KINDS)}
+    colors = [KIND_COLORS[k] for k in RASTER_KINDS]
+    labels = ["", "", *(KIND_LABELS[k] for k in RASTER_KINDS)]
+    for k in CHUNK_KINDS:
+        codes[f"{k}+"] = len(codes) + 2
+        colors.append(lighter(KIND_COLORS[k]))
+        labels.append(f"{KIND_LABELS[k]}, 2nd chunk")
+    return codes, colors, labels
 
 
 def _raster_traces(
@@ -179,10 +203,11 @@ def _raster_traces(
     """Compute ops as a (devices x bins) heatmap; comm as a thin strip under each lane (and,
     with a DP strip, a blank band under it where the DP bars go)."""
     dt = x_max / bins if x_max > 0 else 1.0
-    # Codes 2..11 and small unsigned ints keep the base64 payload free of '/', which
-    # plotly.io.to_json (what Streamlit sends) escapes as six characters.
-    codes = {k: i + 2 for i, k in enumerate(RASTER_KINDS)}
+    codes, colors, labels = _raster_codes()
     comp = df[(df["stream"] == "compute") & df["kind"].isin(RASTER_KINDS)]
+    if "chunk" in comp.columns:
+        later = comp["chunk"].to_numpy() > 0
+        comp = comp.assign(kind=np.where(later, comp["kind"] + "+", comp["kind"]))
     comm = df[df["stream"] == "comm"]
     z = np.full((devices, bins), np.nan, np.float32)  # NaN: idle, no colour, no hover
     lo, hi = _split_layers(comp["layers"])
@@ -194,10 +219,10 @@ def _raster_traces(
     zc = np.zeros((k * devices, bins), np.uint8)
     zc[k - 1 :: k] = 1
     _fill_comm(zc, comm, dt, bins, codes, k)
-    n = len(RASTER_KINDS) + 2  # codes 0, 1: transparent (0 marks an empty comm cell)
+    n = len(colors) + 2  # codes 0, 1: transparent (0 marks an empty comm cell)
     scale: list[list[Any]] = [[0.0, "rgba(0,0,0,0)"], [2 / n, "rgba(0,0,0,0)"]]
-    for i, kind in enumerate(RASTER_KINDS, start=2):
-        scale += [[i / n, KIND_COLORS[kind]], [(i + 1) / n, KIND_COLORS[kind]]]
+    for i, color in enumerate(colors, start=2):
+        scale += [[i / n, color], [(i + 1) / n, color]]
     common = {
         "x0": dt / 2,
         "dx": dt,
@@ -207,6 +232,8 @@ def _raster_traces(
         "showscale": False,
         "zsmooth": False,
     }
+    # the op kind of every cell, for the hover (idle cells have none and show no hover)
+    text = np.array(labels, dtype=object)[np.nan_to_num(z, nan=0).astype(np.int64)]
     # Row edges: compute cells span [d-0.55, d+0.45]; the comm strip (and the DP band) are
     # drawn over their bottom in opaque white (empty cells), which also separates lanes.
     # No xgap/ygap: with gaps plotly paints every cell with fillRect instead of one image.
@@ -226,11 +253,13 @@ def _raster_traces(
             z=z,
             y=y_comp,
             customdata=cd,
+            text=text,
             hoverongaps=False,
             name="compute",
             hovertemplate=(
-                "d%{y:.0f} · %{x:.0f} ms<br>stage %{customdata[0]} · micro-batch "
-                "%{customdata[1]}<br>layers %{customdata[2]}–%{customdata[3]}<extra>compute</extra>"
+                "<b>%{text}</b> on d%{y:.0f} · %{x:.0f} ms<br>stage %{customdata[0]} · "
+                "micro-batch %{customdata[1]}<br>layers %{customdata[2]}–%{customdata[3]}"
+                "<extra></extra>"
             ),
             **common,
         ),
@@ -239,6 +268,7 @@ def _raster_traces(
             y=y_comm,
             name="comm",
             hoverinfo="skip",
+            meta=MASK,
             **{**common, "colorscale": comm_scale},
         ),
     ]
@@ -282,21 +312,79 @@ def _fill_comm(
 
 
 def _legend_stubs(kinds: list[str]) -> list[go.Bar]:
-    return [
-        go.Bar(
-            x=[None],
-            y=[None],
-            name=KIND_LABELS[k],
-            legendgroup=k,
-            marker={"color": KIND_COLORS[k]},
-            showlegend=True,
-        )
-        for k in kinds
-    ]
+    return [legend_stub(KIND_LABELS[k], KIND_COLORS[k], legendgroup=k) for k in kinds]
 
 
 def is_raster(timeline: pd.DataFrame, max_bars: int = DEFAULT_MAX_BARS) -> bool:
     return len(timeline) > max_bars
+
+
+@dataclass(frozen=True)
+class PathLink:
+    """One link of a critical path to draw: an op (``kind="op"``, ``row`` its timeline row)
+    or a transfer into the next op, on ``device`` (the receiver for a transfer)."""
+
+    kind: str
+    device: int
+    label: str
+    start_ms: float
+    end_ms: float
+    row: int
+
+
+def _critical_traces(
+    df: pd.DataFrame, path: Sequence[PathLink], lanes: Lanes, legend: bool
+) -> list[go.Scatter | go.Bar]:
+    """The critical path: its ops outlined, and a line through them and the transfers."""
+    ops = [p for p in path if p.kind == "op"]
+    if not ops:
+        return []
+    y_of = {p.row: int(df["device"].iat[p.row]) - lanes.compute_shift for p in ops}
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    hover: list[str] = []
+    for i, p in enumerate(path):
+        if p.kind == "op":
+            y = y_of[p.row]
+            xs += [p.start_ms, p.end_ms]
+            ys += [y, y]
+            hover += [p.label, p.label]
+        elif i + 1 < len(path):  # a transfer: from the producer's end to the consumer's start
+            nxt = y_of.get(path[i + 1].row)
+            if nxt is not None:
+                xs += [p.end_ms]
+                ys += [nxt]
+                hover += [f"transfer {p.label}"]
+    start = np.array([p.start_ms for p in ops])
+    end = np.array([p.end_ms for p in ops])
+    return [
+        go.Bar(
+            x=end - start,
+            base=start,
+            y=[y_of[p.row] for p in ops],
+            width=lanes.compute_width,
+            orientation="h",
+            name="critical path",
+            legendgroup="critical",
+            showlegend=legend,
+            meta=OUTLINE,
+            marker={"color": "rgba(0,0,0,0)", "line": {"width": 2, "color": OUTLINE_LIGHT}},
+            customdata=[p.label for p in ops],
+            hovertemplate="<b>critical path</b> %{customdata}<extra></extra>",
+        ),
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines",
+            name="critical path",
+            legendgroup="critical",
+            showlegend=False,
+            meta=OUTLINE,
+            line={"color": OUTLINE_LIGHT, "width": 1.5},
+            text=hover,
+            hoverinfo="skip",
+        ),
+    ]
 
 
 def compare_gantt_figure(
@@ -305,14 +393,21 @@ def compare_gantt_figure(
     max_bars: int = DEFAULT_MAX_BARS,
     bins: int = DEFAULT_BINS,
     x_max_ms: float | None = None,
+    devices: Mapping[str, int] | None = None,
+    critical: Mapping[str, Sequence[PathLink]] | None = None,
 ) -> go.Figure:
     """Gantt panels, one per plan, on one shared time axis (ms); one lane per device.
 
     ``max_bars`` is per panel: a panel with more blocks is drawn as a raster of ``bins``
-    time columns (see the module docstring).
+    time columns (see the module docstring). ``devices`` gives a panel's device count (a
+    device without stages then shows as an idle lane); ``critical`` a panel's critical path
+    (outlined, the other ops dimmed).
     """
     names = list(timelines)
-    devs = [int(df["device"].max()) + 1 if len(df) else 1 for df in timelines.values()]
+    devs = [
+        (devices or {}).get(n) or (int(df["device"].max()) + 1 if len(df) else 1)
+        for n, df in timelines.items()
+    ]
     x_max = x_max_ms or max((float(df["end_ms"].max()) for df in timelines.values()), default=1)
     heights = [lane_height(d) for d in devs]
     fig = make_subplots(
@@ -325,8 +420,12 @@ def compare_gantt_figure(
     )
     seen: set[str] = set()
     any_raster = False
-    for r, raw in enumerate(timelines.values(), start=1):
+    for r, (name, raw) in enumerate(timelines.items(), start=1):
         df = with_link_kinds(raw)
+        path = (critical or {}).get(name) or ()
+        if path:
+            df = df.assign(critical=False)
+            df.iloc[[p.row for p in path if p.kind == "op"], df.columns.get_loc("critical")] = True
         lanes = lanes_for(df)
         kinds = [k for k in KINDS if (df["kind"] == k).any()]
         bars = df
@@ -344,7 +443,21 @@ def compare_gantt_figure(
             t.showlegend = kind not in seen
             fig.add_trace(t, row=r, col=1)
         seen.update(kinds)
+        if "chunk" in df.columns and (df["chunk"] > 0).any() and "chunk" not in seen:
+            seen.add("chunk")
+            stub = legend_stub(CHUNK_LABEL, "#999999", pattern={"shape": CHUNK_PATTERN})
+            fig.add_trace(stub, row=r, col=1)
+        for t in _critical_traces(df, path, lanes, legend="critical" not in seen):
+            fig.add_trace(t, row=r, col=1)
+        if path:
+            seen.add("critical")
         d = devs[r - 1]
+        busy = set(df.loc[df["stream"] == "compute", "device"].unique())
+        for i in (i for i in range(d) if i not in busy):
+            fig.add_annotation(
+                x=0, y=i, text="idle: no stages on this device", showarrow=False,
+                xanchor="left", font={"size": 11, "color": "#888888"}, row=r, col=1,
+            )  # fmt: skip
         step = max(1, d // 16)
         fig.update_yaxes(
             autorange=False,
@@ -387,173 +500,52 @@ def gantt_figure(
     max_bars: int = DEFAULT_MAX_BARS,
     bins: int = DEFAULT_BINS,
     x_max_ms: float | None = None,
+    devices: int | None = None,
 ) -> go.Figure:
     """One plan's Gantt chart: a lane per device, compute above its comm strip, time in ms."""
+    name = title or "timeline"
     return compare_gantt_figure(
-        {title or "timeline": timeline}, max_bars=max_bars, bins=bins, x_max_ms=x_max_ms
+        {name: timeline},
+        max_bars=max_bars,
+        bins=bins,
+        x_max_ms=x_max_ms,
+        devices={name: devices} if devices else None,
     )
 
 
-# --------------------------------------------------------------------------------------------
-def memory_figure(
-    curves: Mapping[str, pd.DataFrame], cap_gib: float, *, x_max_ms: float | None = None
-) -> go.Figure:
-    """Memory (GiB) against time (ms) per device, one panel per plan, the cap drawn dashed."""
-    names = list(curves)
-    fig = make_subplots(
-        rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names, horizontal_spacing=0.04
-    )
-    top = cap_gib
-    for c, df in enumerate(curves.values(), start=1):
-        devices = sorted(df["device"].unique())
-        if len(devices) <= 16:
-            for d in devices:
-                g = df[df["device"] == d]
-                fig.add_trace(
-                    go.Scatter(
-                        x=g["time_ms"].to_numpy(np.float32),
-                        y=g["memory_gib"].to_numpy(np.float32),
-                        mode="lines",
-                        line={"shape": "hv", "width": 1.4},
-                        name=f"d{d}",
-                        legendgroup=f"d{d}",
-                        showlegend=c == 1,
-                        hovertemplate=f"d{d}: %{{y:.2f}} GiB at %{{x:.1f}} ms<extra></extra>",
-                    ),
-                    row=1,
-                    col=c,
-                )
-        else:
-            # one trace for all devices, NaN-separated (a gap between devices)
-            parts_x, parts_y, parts_d = [], [], []
-            for d in devices:
-                g = df[df["device"] == d]
-                parts_x += [g["time_ms"].to_numpy(np.float32), np.array([np.nan], np.float32)]
-                parts_y += [g["memory_gib"].to_numpy(np.float32), np.array([np.nan], np.float32)]
-                parts_d += [np.full(len(g) + 1, d, np.int32)]
-            fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate(parts_x),
-                    y=np.concatenate(parts_y),
-                    customdata=np.concatenate(parts_d),
-                    mode="lines",
-                    line={"shape": "hv", "width": 1},
-                    name="all devices",
-                    showlegend=c == 1,
-                    hovertemplate="d%{customdata}: %{y:.2f} GiB at %{x:.1f} ms<extra></extra>",
-                ),
-                row=1,
-                col=c,
-            )
-        top = max(top, float(df["memory_gib"].max()) if len(df) else 0.0)
-        fig.add_hline(
-            y=cap_gib,
-            line={"dash": "dash", "color": "#C00000", "width": 1.5},
-            annotation_text=f"cap {cap_gib:g} GiB",
-            annotation_position="top left",
-            row=1,
-            col=c,
-        )
-        fig.update_xaxes(title_text="time (ms)", row=1, col=c)
-        if x_max_ms:
-            fig.update_xaxes(range=[0, x_max_ms * 1.01], row=1, col=c)
-    fig.update_yaxes(title_text="memory (GiB)", range=[0, top * 1.08], row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=340, margin={"l": 60, "r": 20, "t": 40, "b": 50})
-    return fig
+def with_chunks(timeline: pd.DataFrame, placement: Sequence[int]) -> pd.DataFrame:
+    """``timeline`` with a ``chunk`` column: each row's stage's index among the stages of its
+    device (0 for every stage of a one-stage-per-device plan).
+
+    >>> tl = pd.DataFrame({"device": [0, 1, 1, 0], "stage": [0, 1, 2, 3]})
+    >>> with_chunks(tl, [0, 1, 1, 0])["chunk"].tolist()
+    [0, 0, 1, 1]
+    """
+    rank = [0] * len(placement)
+    count: dict[int, int] = {}
+    for s, d in enumerate(placement):
+        rank[s] = count.get(d, 0)
+        count[d] = rank[s] + 1
+    lut = np.array(rank, dtype=np.int32)
+    stage = timeline["stage"].to_numpy(np.int64)
+    ok = (stage >= 0) & (stage < len(lut))
+    return timeline.assign(chunk=np.where(ok, lut[np.clip(stage, 0, len(lut) - 1)], 0))
 
 
-def layer_cost_figure(layers: pd.DataFrame, types: pd.DataFrame) -> go.Figure:
-    """Left: F/B/W time (ms) of every layer, stacked. Right: memory (MiB) by layer type."""
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.68, 0.32],
-        subplot_titles=["time per layer (ms)", "memory by layer type (MiB)"],
-        horizontal_spacing=0.08,
-    )
-    for col, kind in (("F (ms)", "F"), ("B (ms)", "B"), ("W (ms)", "W")):
-        fig.add_trace(
-            go.Bar(
-                x=layers["layer"],
-                y=layers[col],
-                name=f"{kind} time (ms)",
-                marker={"color": KIND_COLORS[kind]},
-                customdata=layers[["type"]].to_numpy(),
-                hovertemplate=f"layer %{{x}} (%{{customdata[0]}}): {kind} %{{y:.3f}} ms"
-                "<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-    for col, label, color in (
-        ("activation_mib", "activation / micro-batch (MiB)", "#72B7B2"),
-        ("w_stash_mib", "kept for W (MiB)", "#EECA3B"),
-        ("weight_mib", "weights + optimizer (MiB)", "#9D755D"),
-    ):
-        fig.add_trace(
-            go.Bar(
-                x=types["type"],
-                y=types[col],
-                name=label,
-                marker={"color": color},
-                hovertemplate=f"%{{x}}: {label} %{{y:,.1f}}<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
-    fig.update_layout(
-        barmode="stack",
-        template=TEMPLATE,
-        height=360,
-        margin={"l": 60, "r": 20, "t": 40, "b": 50},
-        legend={"orientation": "h", "y": -0.22},
-    )
-    # the right panel groups rather than stacks: give each bar its own offset group
-    for t in fig.data[3:]:
-        t.offsetgroup = t.name
-    fig.update_xaxes(title_text="layer index", row=1, col=1)
-    fig.update_yaxes(title_text="time (ms)", row=1, col=1)
-    fig.update_yaxes(title_text="memory (MiB)", row=1, col=2)
-    return fig
+# Figures of other kinds live in ``plots``; these names stay importable from here.
+from app.components.plots import (  # noqa: E402
+    layer_cost_figure,
+    memory_figure,
+    sweep_figure,
+)
 
-
-def sweep_figure(df: pd.DataFrame, x: str, cap_gib: float) -> go.Figure:
-    """Throughput (tokens/GPU/s) and peak memory (GiB) against ``x`` per schedule."""
-    xlabel = {"microbatches": "micro-batches", "devices": "devices"}.get(x, x)
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=["throughput (tokens/GPU/s)", "peak memory (GiB, max over devices)"],
-        horizontal_spacing=0.08,
-    )
-    palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#72B7B2", "#9D755D"]
-    for i, (name, g) in enumerate(df.groupby("plan", sort=False)):
-        color = palette[i % len(palette)]
-        g = g.sort_values(x)
-        for col, ycol in ((1, "tokens_per_gpu_per_s"), (2, "max_peak_memory_gib")):
-            fig.add_trace(
-                go.Scatter(
-                    x=g[x],
-                    y=g[ycol],
-                    mode="lines+markers",
-                    name=str(name),
-                    legendgroup=str(name),
-                    showlegend=col == 1,
-                    line={"color": color},
-                    hovertemplate=f"{name}: %{{y:,.2f}} at {xlabel}=%{{x}}<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
-    fig.add_hline(
-        y=cap_gib,
-        line={"dash": "dash", "color": "#C00000"},
-        annotation_text=f"cap {cap_gib:g} GiB",
-        row=1,
-        col=2,
-    )
-    fig.update_xaxes(title_text=xlabel, type="log", dtick=np.log10(2))
-    fig.update_yaxes(title_text="tokens/GPU/s", row=1, col=1)
-    fig.update_yaxes(title_text="memory (GiB)", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=360, margin={"l": 60, "r": 20, "t": 40, "b": 50})
-    return fig
+__all__ = [
+    "KIND_COLORS",
+    "KIND_LABELS",
+    "compare_gantt_figure",
+    "gantt_figure",
+    "layer_cost_figure",
+    "memory_figure",
+    "sweep_figure",
+    "with_chunks",
+]

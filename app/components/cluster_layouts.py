@@ -12,7 +12,15 @@ from typing import Any
 
 import streamlit as st
 
-from app.components import analysis, cluster_charts, cluster_data, cluster_state, panels, state
+from app.components import (
+    analysis,
+    cluster_charts,
+    cluster_data,
+    cluster_state,
+    display,
+    panels,
+    state,
+)
 from octopipe_core.cluster import Cluster
 from octopipe_core.cluster_plan import rank_layouts
 from octopipe_core.errors import OctoPipeError
@@ -141,7 +149,7 @@ def _show_ranking(c: Cluster, rec: dict[str, Any]) -> None:
         ),
         key="rank_table",
     )
-    st.plotly_chart(cluster_charts.rank_figure(rows), width="stretch", key="rank_chart")
+    display.chart(cluster_charts.rank_figure(rows), key="rank_chart", name="layouts")
     if rec["notes"]:
         with st.expander(f"Search notes ({len(rec['notes'])})"):
             st.markdown("\n".join(f"- {n}" for n in rec["notes"]))
@@ -227,9 +235,8 @@ def scaling_section(c: Cluster) -> None:
     if not rec["points"]:
         st.warning("No GPU count had a layout that fits: try a larger global batch or budget.")
         return
-    st.plotly_chart(
-        cluster_charts.scaling_figure(rec["points"], rec["kind"]),
-        width="stretch",
-        key="scaling_chart",
-    )
+    display.chart(
+        cluster_charts.scaling_figure(rec["points"], rec["kind"]), key="scaling_chart",
+        name="scaling",
+    )  # fmt: skip
     panels.frame(cluster_data.scaling_frame(rec["points"]).round(2), key="scaling_table")

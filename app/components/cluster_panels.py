@@ -92,6 +92,10 @@ def layout_view() -> None:
     dep = prof.deployment
     if dep is None:  # the layout does not fit: show_warnings says why
         return
+    err = state.work_error()
+    if err:
+        st.error(err)
+        return
     try:
         js = state.current_plan_js()
         sim = state.cached_sim(prof, js, cap)
@@ -115,10 +119,11 @@ def layout_view() -> None:
     max_bars = charts.DEFAULT_MAX_BARS
     if len(sim["timeline"]) > max_bars:
         max_bars = panels.every_block_toggle("cluster_every_block")
-    fig = state.cached_gantt(prof, ((plan.name, js),), cap, max_bars)
     st.caption(
         "Each device: compute lane (the optimizer step at the end), then its transfers (dark "
         "colours: across nodes), then its data-parallel stream (gradient reductions and "
         "ZeRO-1 all-gathers). Change the plan on the Plan page, the layout in the sidebar."
     )
-    st.plotly_chart(fig, width="stretch", key="cluster_gantt", config={"displaylogo": False})
+    items = ((plan.name, js),)
+    panels.gantt(items, max_bars, key="cluster_gantt")
+    panels.where_time(items, key="cluster_where")

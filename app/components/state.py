@@ -9,7 +9,12 @@ State lives under a few plain keys of ``st.session_state``:
 * ``plan_edit``: the hand-edited plan of the Plan page (JSON) with the settings it was made for;
 * ``tuned``: the tuner's best plan (JSON) with the settings it was made for;
 * ``cluster``, ``dp``, ``zero1``, ``order``: the cluster and layout (see ``cluster_state``);
-  ``profile()`` is the session's profile deployed on them, ``base_profile()`` the profile itself.
+  ``profile()`` is the session's profile deployed on them, ``base_profile()`` the profile itself;
+* ``critical``, ``img_format``: view settings (highlight the critical path; chart downloads);
+* ``url_extra``: a shared URL's page settings (Compare's plans and view), read by the pages.
+
+The URL carries every setting a view depends on (see ``sync_query_params``), and a
+hand-edited or tuned plan of the Plan page as ``plan=`` (``plan_link``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,18 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.components import analysis, charts, cluster_data, cluster_state, exporting, tuning
+from app.components import (
+    analysis,
+    charts,
+    cluster_data,
+    cluster_state,
+    display,
+    exporting,
+    guard,
+    plan_link,
+    tuning,
+    where,
+)
 from app.components.analysis import Settings
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.peers import baselines
@@ -42,12 +58,16 @@ DEFAULTS: dict[str, Any] = {
     "chunks": 2,
     "partition": "uniform",
     "memory_gib": 80.0,
+    "critical": False,
+    "img_format": "svg",
     **cluster_state.DEFAULTS,
 }
 QUERY_KEYS = (
-    "sample", "devices", "microbatches", "schedule", "chunks", "memory_gib",
-    *cluster_state.QUERY_KEYS,
+    "sample", "devices", "microbatches", "schedule", "chunks", "partition", "memory_gib",
+    "critical", "img", *cluster_state.QUERY_KEYS,
 )  # fmt: skip
+STATE_KEY = {"img": "img_format"}  # URL parameter -> session key, where they differ
+PAGE_KEYS = ("plans", "view", "sweep")  # read by the page that uses them
 # Streamlit hashes a cached function's profile argument with this: a deployment memoises its
 # links as it is used, which must not change the cache key.
 HASH_FUNCS: dict[Any, Any] = {Profile: cluster_data.profile_cache_key}
@@ -74,19 +94,41 @@ def init() -> None:
             continue
         raw = qp.get(key, "")
         try:
-            values[key] = given[key] = _parse_param(key, raw)
+            values[STATE_KEY.get(key, key)] = given[key] = _parse_param(key, raw)
         except ValueError as e:
-            warnings.append(f"URL parameter {key}={raw!r} ignored: {e}")
+            warnings.append(f"URL parameter {key}={raw[:40]!r} ignored: {e}")
     for k, v in values.items():
         ss.setdefault(k, v)
     ss["qp_warnings"] = warnings
     ss["url_schedule"] = given.get("schedule")  # a shared URL's schedule, if valid
+    ss["url_extra"] = {k: qp.get(k, "") for k in PAGE_KEYS if k in qp}
     try:
         set_profile(cached_sample(ss["sample"]), "sample")
     except OctoPipeError as e:
         ss["qp_warnings"].append(str(e))
         ss["sample"] = DEFAULT_SAMPLE
         set_profile(cached_sample(DEFAULT_SAMPLE), "sample")
+    if "plan" in qp:
+        _open_plan_link(qp.get("plan", ""))
+
+
+def _open_plan_link(text: str) -> None:
+    """Make a shared link's plan the Plan page's plan (its devices and micro-batches too)."""
+    ss = st.session_state
+    try:
+        plan = plan_link.decode(text, base_profile().num_layers)
+        guard.check_plan(plan)
+    except OctoPipeError as e:
+        ss["qp_warnings"].append(str(e))
+        return
+    ss["devices"], ss["microbatches"] = plan.num_devices, plan.num_microbatches
+    set_plan_edit(plan, source="a shared link")
+
+
+def url_extra(key: str) -> str | None:
+    """A page setting a shared URL carried (``plans``, ``view``), once: later visits use the
+    page's own widgets."""
+    return st.session_state.get("url_extra", {}).pop(key, None)
 
 
 def recover_interrupted_tune() -> None:
@@ -113,11 +155,21 @@ def _parse_param(key: str, raw: str) -> Any:
         if raw not in SCHEDULES:
             raise ValueError(f"use one of {', '.join(SCHEDULES)}")
         return raw
+    if key == "partition":
+        if raw not in PARTITIONS:
+            raise ValueError(f"use one of {', '.join(PARTITIONS)}")
+        return raw
     if key == "memory_gib":
         v = float(raw)
-        if not math.isfinite(v) or v <= 0:
-            raise ValueError("use a positive number of GiB")
+        if not math.isfinite(v) or not 0 < v <= 4096:
+            raise ValueError("use a number of GiB in (0, 4096]")
         return v
+    if key == "critical":
+        return cluster_data.parse_bool(raw)
+    if key == "img":
+        if raw not in display.IMAGE_FORMATS:
+            raise ValueError(f"use one of {', '.join(display.IMAGE_FORMATS)}")
+        return raw
     v = int(raw)
     lo, hi = LIMITS[key]
     if not lo <= v <= hi:
@@ -131,6 +183,24 @@ def show_warnings() -> None:
     err = st.session_state.get("cluster_error")
     if err:
         st.error(f"Cluster layout: {err} (simulating on the flat network until it fits)")
+
+
+def work_error() -> str | None:
+    """Why the sidebar's settings are over the dashboard's work cap (None: they are not)."""
+    try:
+        guard.check_settings(settings())
+    except OctoPipeError as e:
+        return str(e)
+    return None
+
+
+def check_work() -> None:
+    """Stop a page that simulates the sidebar's settings when they are over the work cap,
+    saying so in the page (instead of freezing every session for minutes)."""
+    err = work_error()
+    if err:
+        st.error(err)
+        st.stop()
 
 
 def set_profile(profile: Profile, origin: str) -> None:
@@ -185,16 +255,19 @@ def commit(name: str) -> None:
     st.session_state[name] = st.session_state[f"_w_{name}"]
 
 
-def sidebar() -> None:
-    """The workload controls shared by every page (the entrypoint draws them)."""
+def sidebar(page: str = "") -> None:
+    """The workload controls shared by every page (the entrypoint draws them, with the
+    page's URL path): profile, devices, micro-batches, memory cap, cluster, view settings;
+    a refused upload and settings over the work cap are reported here on every page."""
     ss = st.session_state
     cluster_state.apply_pending()
     with st.sidebar:
-        origin = {"sample": "sample", "upload": "uploaded", "edited": "edited"}[
-            ss["profile_origin"]
-        ]
+        origins = {"sample": "sample", "upload": "uploaded", "edited": "edited", "plan": "plan"}
+        origin = origins[ss["profile_origin"]]
         prof = base_profile()
         st.markdown(f"**Model:** {prof.name} ({origin}, {prof.num_layers} layers)")
+        if ss.get("upload_error") and page != "profile":
+            st.error(f"Profile upload refused: {ss['upload_error']} (pages use {prof.name})")
         st.number_input("devices", *LIMITS["devices"], key=bound("devices"), step=1)
         commit("devices")
         st.number_input("micro-batches", *LIMITS["microbatches"], key=bound("microbatches"))
@@ -203,41 +276,89 @@ def sidebar() -> None:
             "memory cap (GiB per device)", 1.0, 4096.0, key=bound("memory_gib"), step=8.0
         )
         commit("memory_gib")
+        gpus = "" if prof.device.gpus == 1 else f", {prof.device.gpus} GPUs per device (TP)"
         st.caption(
             f"{prof.device.name}: {prof.device.memory_gib:g} GiB, "
-            f"{prof.device.p2p_gbps:g} GB/s links; {prof.tokens_per_microbatch:,} tokens per "
-            "micro-batch."
+            f"{prof.device.p2p_gbps:g} GB/s links{gpus}; {prof.tokens_per_microbatch:,} tokens "
+            "per micro-batch."
         )
         cluster_state.sidebar(prof, int(ss["devices"]))
         profile()  # checks the layout against this run's settings (sets ``cluster_error``)
         if ss.get("cluster_error"):
             st.error(ss["cluster_error"])
+        err = work_error()
+        if err and page in ("export", "layouts", "profile", "cluster"):  # pages that go on
+            st.warning(err)
+        st.divider()
+        display.sidebar_controls()
 
 
-def sync_query_params() -> str:
-    """Write the shareable settings into the URL (Plan and Compare pages); returns the query
-    string, e.g. ``sample=nemotron-h-8b&devices=8&...``."""
+def sync_query_params(extra: dict[str, str] | None = None) -> str:
+    """Write the shareable settings (and a page's ``extra`` ones) into the URL; returns the
+    query string, e.g. ``sample=nemotron-h-8b&devices=8&...``."""
     ss = st.session_state
     want = {
         "devices": str(ss["devices"]),
         "microbatches": str(ss["microbatches"]),
         "schedule": ss["schedule"],
         "chunks": str(ss["chunks"]),
+        "partition": ss["partition"],
         "memory_gib": f"{float(ss['memory_gib']):g}",
     }
     if ss["profile_origin"] == "sample":
         want = {"sample": ss["sample"], **want}
     want |= cluster_state.query_values()
+    if ss.get("critical"):
+        want["critical"] = "1"
+    if ss.get("img_format", "svg") != "svg":
+        want["img"] = ss["img_format"]
+    want |= extra or {}
+    link = plan_link_text()
+    if link:
+        want["plan"] = link
     current = {k: st.query_params.get(k) for k in st.query_params}
     if current != want:
         st.query_params.from_dict(want)
     return "&".join(f"{k}={v}" for k, v in want.items())
 
 
+def plan_link_text() -> str | None:
+    """The ``plan=`` text of the Plan page's plan when it is a hand edit or a tuned plan
+    (a peer plan needs none: its settings rebuild it), and the link is short enough."""
+    ss = st.session_state
+    if not _plan_is_edit():
+        return None
+    js = ss["plan_edit"]["plan"]
+    hit = ss.get("_plan_link")
+    if hit is None or hit[0] != js:
+        hit = (js, plan_link.link_or_none(cached_plan(js)))
+        ss["_plan_link"] = hit
+    return hit[1]
+
+
+def plan_shared_by_link() -> bool | None:
+    """None: the Plan page's plan is a peer plan (the settings rebuild it); True: the URL
+    carries it; False: too large for a link (share the file)."""
+    if not _plan_is_edit():
+        return None
+    return plan_link_text() is not None
+
+
+def _plan_is_edit() -> bool:
+    """Whether the Plan page shows the session's hand-edited (or opened, or tuned) plan."""
+    edit = st.session_state.get("plan_edit")
+    return bool(
+        edit
+        and edit["settings"] == _plan_shape(settings())
+        and edit["profile_version"] == st.session_state["profile_version"]
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Cached computations (keyed on plain data: frozen profile, JSON plan, numbers)
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def _cached_peer(profile: Profile, s: Settings) -> str:
+    guard.check_settings(s)
     return analysis.plan_json(analysis.peer_plan(profile, s))
 
 
@@ -248,10 +369,13 @@ def cached_peer(profile: Profile, s: Settings) -> str:
 
 @st.cache_resource(show_spinner=False, max_entries=24, hash_funcs=HASH_FUNCS)
 def cached_sim(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
-    """Metrics and timeline of a plan: one shared object per key, so **read-only** (a cached
-    copy of a 65k-row timeline would cost more than the redraw budget)."""
-    res = simulate(profile, cached_plan(plan_js), cap)
-    return {"metrics": analysis.summary_metrics(res), "timeline": res.timeline()}
+    """Metrics, timeline and ``SimResult`` of a plan: one shared object per key, so
+    **read-only** (a cached copy of a 65k-row timeline would cost more than the redraw
+    budget)."""
+    plan = cached_plan(plan_js)
+    guard.check_plan(plan)
+    res = simulate(profile, plan, cap)
+    return {"metrics": analysis.summary_metrics(res), "timeline": res.timeline(), "result": res}
 
 
 @st.cache_resource(show_spinner=False, max_entries=24)
@@ -261,39 +385,61 @@ def cached_plan(plan_js: str) -> Plan:
 
 
 @st.cache_data(show_spinner=False, max_entries=24, hash_funcs=HASH_FUNCS)
-def cached_memory_curves(profile: Profile, plan_js: str) -> pd.DataFrame:
+def cached_memory_curves(profile: Profile, plan_js: str, cap: float) -> pd.DataFrame:
     """Memory (GiB) per device over time; computed only when a page shows it."""
-    return simulate(profile, analysis.plan_from_json(plan_js)).memory_curves()
+    return cached_sim(profile, plan_js, cap)["result"].memory_curves()
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_metrics(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
-    res = simulate(profile, analysis.plan_from_json(plan_js), cap)
-    return analysis.summary_metrics(res)
+    return cached_sim(profile, plan_js, cap)["metrics"]
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def cached_where(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
+    """Where the time goes (per-device breakdown frame), peak memory per device (GiB) and the
+    critical path of a plan (see ``where``)."""
+    return where.analyse(cached_sim(profile, plan_js, cap)["result"])
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_gantt(
-    profile: Profile, plans: tuple[tuple[str, str], ...], cap: float, max_bars: int
+    profile: Profile,
+    plans: tuple[tuple[str, str], ...],
+    cap: float,
+    max_bars: int,
+    critical: bool = False,
 ) -> go.Figure:
+    """The timelines of ``plans`` on one time axis: every device a lane (idle ones too), a
+    device's later chunks hatched, and with ``critical`` the critical path highlighted."""
     sims = {name: cached_sim(profile, js, cap) for name, js in plans}
     x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())
-    titled = {
-        f"{n}: step {s['metrics']['step_time_ms']:,.1f} ms": s["timeline"] for n, s in sims.items()
-    }
-    return charts.compare_gantt_figure(titled, max_bars=max_bars, x_max_ms=x_max)
+    titled: dict[str, pd.DataFrame] = {}
+    devices: dict[str, int] = {}
+    paths: dict[str, list[charts.PathLink]] = {}
+    for (name, js), s in zip(plans, sims.values(), strict=True):
+        title = f"{name}: step {s['metrics']['step_time_ms']:,.1f} ms"
+        plan = cached_plan(js)
+        titled[title] = charts.with_chunks(s["timeline"], plan.placement)
+        devices[title] = plan.num_devices
+        if critical:
+            paths[title] = cached_where(profile, js, cap)["path"]
+    return charts.compare_gantt_figure(
+        titled, max_bars=max_bars, x_max_ms=x_max, devices=devices, critical=paths
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: float) -> go.Figure:
     sims = {name: cached_sim(profile, js, cap) for name, js in plans}
     x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())
-    curves = {name: cached_memory_curves(profile, js) for name, js in plans}
+    curves = {name: cached_memory_curves(profile, js, cap) for name, js in plans}
     return charts.memory_figure(curves, cap, x_max_ms=x_max)
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_baselines(profile: Profile, devices: int, mbs: int, chunks: int, cap: float) -> dict:
+    guard.check_settings(Settings(devices=devices, microbatches=mbs, chunks=chunks))
     return baselines(profile, devices, mbs, chunks, cap)
 
 
@@ -318,6 +464,7 @@ def cached_sweep(
                 memory_gib=base.memory_gib,
             )
             try:
+                guard.check_settings(s)  # points over the work cap are left out
                 res = simulate(prof_v, analysis.peer_plan(prof_v, s), base.memory_gib)
             except OctoPipeError:
                 continue
@@ -395,6 +542,15 @@ def best_peer() -> tuple[str, dict[str, Any]] | None:
     return key, fits[key]
 
 
+def fitting_peer(exclude: str | None = None) -> str | None:
+    """The fastest peer (``schedule/partition``) that fits the memory cap, other than
+    ``exclude``; None when none fits."""
+    s = settings()
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    fits = {k: v for k, v in res.items() if "error" not in v and v["fits_memory"] and k != exclude}
+    return min(fits, key=lambda k: fits[k]["step_time_ms"]) if fits else None
+
+
 AUTO_TUNE_BUDGET_S = 3.0
 AUTO_TUNE_MAX_SIZE = 16 * 64  # devices x micro-batches tuned on a first visit
 
@@ -444,6 +600,7 @@ def challenger() -> tuple[str, str] | None:
 
 def plan_choices() -> dict[str, str]:
     """Every plan the Compare and Export pages offer, name -> JSON (those that build)."""
+    guard.check_settings(settings())
     out: dict[str, str] = {}
     tuned = tuned_plan_js()
     if tuned:

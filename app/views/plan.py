@@ -6,7 +6,7 @@ import hashlib
 
 import streamlit as st
 
-from app.components import analysis, charts, panels, state
+from app.components import analysis, charts, display, panels, plan_files, state
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.schedules import PARTITIONS, SCHEDULES
 
@@ -24,7 +24,8 @@ state.commit("chunks")
 c3.selectbox("partition", PARTITIONS, key=state.bound("partition"))
 state.commit("partition")
 query = state.sync_query_params()
-st.caption(f"Share this view: `/plan?{query}`")
+panels.share_caption("plan", query)
+state.check_work()
 
 prof, s = state.profile(), state.settings()
 try:
@@ -62,16 +63,17 @@ max_bars = charts.DEFAULT_MAX_BARS
 if len(sim["timeline"]) > max_bars:
     with c1:
         max_bars = panels.every_block_toggle("plan_every_block")
-show_memory = c2.toggle("memory per device (GiB)", key="plan_memory")
-fig = state.cached_gantt(prof, ((plan.name, js),), s.memory_gib, max_bars)
-if fig.layout.meta and fig.layout.meta.get("raster"):
-    st.caption(panels.raster_note(max_bars))
-st.plotly_chart(fig, width="stretch", key="plan_gantt", config={"displaylogo": False})
+show_memory = c2.toggle("memory per device over time (GiB)", key="plan_memory")
+items = ((plan.name, js),)
+panels.gantt(items, max_bars, key="plan_gantt")
+panels.where_time(items, key="plan_where")
 if show_memory:
-    st.plotly_chart(state.cached_memory(prof, ((plan.name, js),), s.memory_gib), width="stretch")
+    display.chart(state.cached_memory(prof, items, s.memory_gib), key="plan_memory_chart")
 
 st.markdown("### Edit by hand")
 ss.setdefault("edit_ver", 0)
+if ss.get("stage_edit_error"):  # a refused edit: the grid was reverted, the error shows once
+    st.error(ss.pop("stage_edit_error"))
 # editor keys change with the plan, so an editor never carries edits over to another plan
 ver = f"{ss['edit_ver']}_{hashlib.sha1(js.encode()).hexdigest()[:10]}"
 ss["_edit_key"] = ver
@@ -100,7 +102,9 @@ with left:
                 [int(x) for x in new_stages["device"]],
             )
         except (OctoPipeError, ValueError, TypeError) as e:
-            st.error(str(e))
+            ss["stage_edit_error"] = f"Edit not applied: {e}"
+            ss["edit_ver"] += 1  # a new grid key: the grid shows the plan again
+            st.rerun()
         else:
             state.set_plan_edit(new)
             ss["edit_ver"] += 1
@@ -145,3 +149,4 @@ if edited and b1.button("Reset hand edits"):
     st.rerun()
 with b2:
     panels.plan_download(js, key="plan_dl")
+plan_files.open_plan_file()

@@ -7,7 +7,7 @@ import json
 
 import streamlit as st
 
-from app.components import analysis, charts, panels, state
+from app.components import analysis, charts, display, panels, state
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.profile import list_samples, parse_profile_bytes, profile_to_csv
 
@@ -61,17 +61,20 @@ else:
     ss.pop("upload_token", None)
 
 prof = state.base_profile()
-origin = {"sample": "bundled sample", "upload": "uploaded", "edited": "edited in place"}
+origin = {
+    "sample": "bundled sample",
+    "upload": "uploaded",
+    "edited": "edited in place",
+    "plan": "from a plan file",
+}
 st.subheader(f"{prof.name} ({origin[ss['profile_origin']]})")
 st.caption(
-    f"{prof.num_layers} layers of {len(prof.layer_types)} types; "
-    f"{prof.tokens_per_microbatch:,} tokens per micro-batch; measured on {prof.device.name} "
-    f"({prof.device.memory_gib:g} GiB, {prof.device.p2p_gbps:g} GB/s, "
-    f"{prof.device.p2p_latency_us:g} µs latency)."
+    f"{prof.num_layers:,} layers of {len(prof.layer_types)} types; "
+    f"{prof.tokens_per_microbatch:,} tokens per micro-batch. {analysis.provenance(prof)}"
 )
 layers = analysis.layers_frame(prof)
 types = analysis.layer_types_frame(prof)
-st.plotly_chart(charts.layer_cost_figure(layers, types), width="stretch", key="layer_chart")
+display.chart(charts.layer_cost_figure(layers, types), key="layer_chart", name="layer-costs")
 
 st.markdown("**Layer types** (edit costs in place; every change re-validates and re-simulates)")
 edited = st.data_editor(

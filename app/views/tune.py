@@ -19,6 +19,7 @@ st.caption(
     "the sidebar)."
 )
 state.show_warnings()
+state.check_work()
 if prof.deployment is not None:
     st.caption(panels.cluster_note(prof))
 tune_fn, why = tuning.load_tuner()
@@ -109,7 +110,10 @@ m_b = state.cached_sim(prof, base, cap)["metrics"]
 st.caption(f"Deltas against 1F1B (uniform): {m_b['step_time_ms'] / m_t['step_time_ms']:.3f}× speed")
 panels.metric_row(m_t, m_b)
 panels.comparison({"1F1B (uniform)": base, "tuned": tuned_js}, key="tune_every_block")
-c1, c2 = st.columns(2)
+c1, c2, c3 = st.columns(3)
 with c1:
     panels.plan_download(tuned_js, "Download tuned plan (JSON)", key="tuned_dl")
-c2.page_link("views/compare.py", label="Compare with every peer", icon=":material/compare_arrows:")
+if c2.button("Open in the Plan page (edit it, share it by link)", key="tuned_to_plan"):
+    state.set_plan_edit(plan, source="the Tune page")
+    st.switch_page("views/plan.py")
+c3.page_link("views/compare.py", label="Compare with every peer", icon=":material/compare_arrows:")
