@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from octopipe_core.cli import main
 from octopipe_core.cluster import example_cluster_dict, parse_cluster_bytes
 from octopipe_core.errors import OctoPipeError
@@ -163,3 +165,34 @@ def test_oversized_requests_are_refused_up_front() -> None:
     rc, _, err = run_cli(["simulate", "--profile", "tiny-hybrid", "--devices", "1024",
                           "--microbatches", "65536"])  # fmt: skip
     assert rc == 2 and "ops per simulation" in err and "--microbatches" in err
+
+
+def test_fuzz_job_configs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile executor configs fail in one line before any process starts."""
+    from octopipe_core.commands.run import preflight
+    from octopipe_core.executor.job_config import load_job_config
+
+    monkeypatch.setenv("OCTOPIPE_HOME", str(tmp_path / "home"))
+    plan = tmp_path / "plan.json"
+    assert run_cli(["simulate", "--profile", "tiny-hybrid", "--devices", "2", "--microbatches",
+                    "4", "--out", str(plan)])[0] == 0  # fmt: skip
+    job = tmp_path / "job"
+    assert run_cli(["export", str(plan), "--out", str(job)])[0] == 0
+    base = json.loads((job / "executor_config.json").read_text())
+    small = {k: v for k, v in base.items() if k not in ("plan", "lowered")}
+    rng = random.Random(SEED + 4)
+    for i in range(150):
+        doc, what = mutate(small, rng)
+        if i % 3 == 0:
+            doc, what = mutate(base, rng)
+        doc = {**doc, "plan": base["plan"], "lowered": base["lowered"]}
+        if i % 10 == 0:
+            doc, what = mutate(base, rng)
+        f = tmp_path / f"cfg{i}" / "executor_config.json"
+        f.parent.mkdir()
+        f.write_bytes(dumps(doc))
+        try:
+            with time_limit(CASE_TIMEOUT_S, what):
+                preflight(load_job_config(f), f)
+        except OctoPipeError as e:
+            assert "\n" not in str(e) and "fix:" in str(e), (what, str(e))

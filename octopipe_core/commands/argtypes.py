@@ -67,6 +67,12 @@ MEMORY_GIB = float_in(0, 1e5, lo_open=True)
 TIME_BUDGET_S = float_in(0, 7 * 86_400, lo_open=True)
 SEED = int_in(0, 2**31 - 1)
 COUNT = int_in(1, 10**6)
+STEPS = int_in(1, 10**9)
+STEPS0 = int_in(0, 10**9)
+WARMUP = int_in(0, 10**6)
+JOB_TIMEOUT_S = float_in(0, 7 * 86_400, lo_open=True)
+PEER_TIMEOUT_S = float_in(0, 86_400, lo_open=True)
+NONNEG = float_in(0, 1e6)
 
 
 class OneLineParser(argparse.ArgumentParser):

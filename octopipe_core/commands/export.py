@@ -6,6 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from octopipe_core.commands.argtypes import (
+    COUNT,
+    NONNEG,
+    PEER_TIMEOUT_S,
+    SEED,
+    STEPS,
+    STEPS0,
+    WARMUP,
+    float_in,
+    int_in,
+)  # fmt: skip
 from octopipe_core.commands.common import plan_with_profile
 from octopipe_core.errors import OctoPipeError
 
@@ -28,22 +39,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model of the executed job (CPU-small by default)")
-    g.add_argument("--hidden", type=int, default=16)
-    g.add_argument("--seq", type=int, default=8)
-    g.add_argument("--vocab", type=int, default=64)
-    g.add_argument("--microbatch-size", type=int, default=2)
+    g.add_argument("--hidden", type=int_in(1, 65_536), default=16)
+    g.add_argument("--seq", type=int_in(1, 1_048_576), default=8)
+    g.add_argument("--vocab", type=int_in(1, 10_000_000), default=64)
+    g.add_argument("--microbatch-size", type=int_in(1, 65_536), default=2)
     g.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument(
         "--model",
         default="",
         metavar="MODULE:FUNCTION",
         help="your own model: a factory returning the layers in profile order",
     )
-    g.add_argument("--steps", type=int, default=1, help="training steps (the step to stop at)")
-    g.add_argument("--warmup", type=int, default=0, help="extra steps before the timed ones")
+    g.add_argument("--steps", type=STEPS, default=1, help="training steps (the step to stop at)")
+    g.add_argument("--warmup", type=WARMUP, default=0, help="extra steps before the timed ones")
     g.add_argument(
-        "--timeout", type=float, default=45, help="seconds a rank waits for a peer before failing"
+        "--timeout",
+        type=PEER_TIMEOUT_S,
+        default=45,
+        help="seconds a rank waits for a peer before failing",
     )
     g.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
 
@@ -51,11 +65,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_training_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout, data, optimizer and checkpoints")
     g.add_argument(
-        "--dp", type=int, default=None, help="data-parallel replicas (default: the plan's layout)"
+        "--dp", type=COUNT, default=None, help="data-parallel replicas (default: the plan's layout)"
     )
     g.add_argument("--zero1", action="store_true", default=None, help="shard optimizer state")
     g.add_argument("--order", choices=("tp-dp-pp", "tp-pp-dp"), default=None, help="rank order")
-    g.add_argument("--nnodes", type=int, default=None, help="nodes in launch.sh / slurm.sbatch")
+    g.add_argument("--nnodes", type=COUNT, default=None, help="nodes in launch.sh / slurm.sbatch")
     g.add_argument(
         "--data",
         default="",
@@ -67,12 +81,14 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         "--data-hook", default="", metavar="MODULE:FUNCTION", help="your own batches per step"
     )
     g.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
-    g.add_argument("--lr", type=float, default=1e-3)
-    g.add_argument("--min-lr", type=float, default=1e-4, help="end of the cosine schedule")
-    g.add_argument("--lr-warmup-steps", type=int, default=0)
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--clip", type=float, default=1.0, help="max gradient norm (0: off)")
-    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="0: on request")
+    g.add_argument("--lr", type=float_in(0, 10, lo_open=True), default=1e-3)
+    g.add_argument(
+        "--min-lr", type=float_in(0, 10), default=1e-4, help="end of the cosine schedule"
+    )
+    g.add_argument("--lr-warmup-steps", type=STEPS0, default=0)
+    g.add_argument("--weight-decay", type=float_in(0, 10), default=0.01)
+    g.add_argument("--clip", type=NONNEG, default=1.0, help="max gradient norm (0: off)")
+    g.add_argument("--checkpoint-every", type=STEPS0, default=0, metavar="N", help="0: on request")
     g.add_argument("--checkpoint-dir", default="checkpoints", help="relative to the job folder")
 
 

@@ -7,13 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from octopipe_core.commands.argtypes import JOB_TIMEOUT_S, STEPS, WARMUP
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.job_config import load_job_config
+from octopipe_core.executor.trust import confirm_user_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,11 +32,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--check", action="store_true", help="compare with a 1-process reference")
-    p.add_argument("--steps", type=int, default=None, help="train up to this step")
-    p.add_argument("--warmup", type=int, default=None, help="extra steps, not timed")
+    p.add_argument("--steps", type=STEPS, default=None, help="train up to this step")
+    p.add_argument("--warmup", type=WARMUP, default=None, help="extra steps, not timed")
     p.add_argument("--no-resume", action="store_true", help="ignore the job's checkpoints")
-    p.add_argument("--timeout", type=float, default=600, help="wall-clock limit of the job (s)")
+    p.add_argument(
+        "--timeout",
+        type=JOB_TIMEOUT_S,
+        default=600,
+        help="wall-clock limit of the job (s)",
+    )
     p.add_argument("--backend", choices=("gloo", "nccl", "auto"), default="gloo")
+    p.add_argument(
+        "--trust",
+        action="store_true",
+        help="run a job not exported on this machine that imports your code (see README)",
+    )
+    p.add_argument(
+        "--import-cwd",
+        action="store_true",
+        help="let workers import modules from the current directory (off by default)",
+    )
     p.set_defaults(func=run)
 
 
@@ -62,13 +82,50 @@ def launch(
     root = str(Path(__file__).resolve().parents[2])
     e["PYTHONPATH"] = root + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.update(env or {})
-    try:
-        return subprocess.run(cmd, env=e, timeout=timeout, text=True, capture_output=True)
-    except subprocess.TimeoutExpired as ex:
-        raise OctoPipeError(
-            f"run: the job did not finish within {timeout:.0f} s; fix: raise --timeout or check "
-            "the worker logs"
-        ) from ex
+    return run_process_group(cmd, e, timeout)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End torchrun and every worker it started (they share its new session)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:  # torchrun is gone; its workers may not be
+            time.sleep(0.2)
+
+
+def run_process_group(
+    cmd: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in its own session with its output in files (not pipes, so a dead agent
+    whose workers live on cannot block the read). On a timeout, Ctrl-C, or once the agent has
+    exited, every process of the session is ended: nothing is left running."""
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise OctoPipeError(
+                f"run: the job did not finish within {timeout:.0f} s and was stopped (every "
+                "rank ended); fix: raise --timeout or check the worker logs"
+            ) from None
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+        finally:
+            _kill_group(proc)
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout = out_f.read().decode("utf-8", "replace")
+        stderr = err_f.read().decode("utf-8", "replace")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
             f"run: {cfg_path}: file not found; fix: export a job first (octopipe export "
             "PLAN.json --out DIR)"
         )
-    cfg = json.loads(cfg_path.read_text())
+    cfg = load_job_config(cfg_path)
+    confirm_user_code(cfg, d, args.trust)
     preflight(cfg, cfg_path)
     from octopipe_core.executor.mesh import config_layout
 
@@ -95,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         extra += ["--warmup", str(args.warmup)]
     out = d / "out"
     t0 = time.perf_counter()
-    proc = launch(cfg_path, out, nproc, extra, args.timeout)
+    env = {"OCTOPIPE_IMPORT_CWD": "1"} if args.import_cwd else None
+    proc = launch(cfg_path, out, nproc, extra, args.timeout, env)
     wall = time.perf_counter() - t0
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:

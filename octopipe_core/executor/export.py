@@ -332,6 +332,9 @@ def export_job(
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "executor_config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    from octopipe_core.executor.trust import record_export
+
+    record_export(json.loads(json.dumps(cfg)))  # the digest of what run will read back
     for name, text in (("launch.sh", sh), ("slurm.sbatch", slurm)):
         (out / name).write_text(text)
         (out / name).chmod(0o755)

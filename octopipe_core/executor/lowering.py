@@ -72,11 +72,11 @@ class Op(NamedTuple):
         >>> Op.parse("2RECV_B0")
         Op(stage=2, kind='RECV_B', mb=0)
         """
-        m = _OP_RE.match(text.strip())
+        m = _OP_RE.match(text.strip()) if isinstance(text, str) and len(text) < 40 else None
         if not m:
             raise OctoPipeError(
-                f"bad lowered op {text!r}; fix: write <stage><F|B|W|BW|SEND_F|RECV_F|SEND_B|"
-                "RECV_B><microbatch>, e.g. 1RECV_F0"
+                f"bad lowered op {str(text)[:30]!r}; fix: write <stage><F|B|W|BW|SEND_F|RECV_F|"
+                "SEND_B|RECV_B><microbatch>, e.g. 1RECV_F0"
             )
         return Op(int(m.group(1)), m.group(2), int(m.group(3)))
 

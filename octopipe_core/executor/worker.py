@@ -20,9 +20,11 @@ import torch
 import torch.distributed as dist
 
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.job_config import load_job_config
 from octopipe_core.executor.runtime import PeerError, init_distributed
 from octopipe_core.executor.trace import records_trace, write_trace
 from octopipe_core.executor.train import execute, install_signal_handler
+from octopipe_core.executor.trust import strip_cwd_from_path
 
 
 def write_outputs(res: dict[str, Any], out: Path) -> None:
@@ -44,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grads", action="store_true", help="write the first step's gradients")
     ap.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
     args = ap.parse_args(argv)
-    cfg = json.loads(Path(args.config).read_text())
+    strip_cwd_from_path()  # a job folder run from inside must not import its own files
+    try:
+        cfg = load_job_config(args.config)
+    except OctoPipeError as e:
+        print(f"octopipe worker: error: {e}", file=sys.stderr, flush=True)
+        return 2
     rt = cfg.setdefault("runtime", {})
     torch.set_num_threads(int(rt.get("threads", 1)))
     timeout = float(rt.get("timeout_s", 45))
