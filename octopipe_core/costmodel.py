@@ -134,7 +134,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if isinstance(self.layers, list):
             object.__setattr__(self, "layers", tuple(self.layers))
-        kinds = {"str": str, "int": int, "bool": bool, "float": (int, float)}
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "str": str, "int": int, "bool": bool, "float": (int, float),
+        }  # fmt: skip
         for f in fields(self):
             v, typ = getattr(self, f.name), "list" if f.name == "layers" else str(f.type)
             if not isinstance(v, kinds.get(typ, tuple)) or (isinstance(v, bool) and typ != "bool"):

@@ -294,16 +294,16 @@ def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") 
         if not 0 <= d < D:
             raise input_error(src, f"placement[{s}]", f"device {d} out of range", f"use 0..{D - 1}")
     prev_end = 0
-    for s, (a, b) in enumerate(plan.partition):
-        if a != prev_end or b <= a:
+    for s, (lo, hi) in enumerate(plan.partition):
+        if lo != prev_end or hi <= lo:
             raise input_error(
-                src, f"partition[{s}]", f"[{a}, {b}) is not contiguous after {prev_end}",
+                src, f"partition[{s}]", f"[{lo}, {hi}) is not contiguous after {prev_end}",
                 f"start stage {s} at layer {prev_end} and give it at least one layer",
             )  # fmt: skip
-        prev_end = b
-    for s in plan.recompute:
-        if not 0 <= s < S:
-            raise input_error(src, "recompute", f"stage {s} out of range", f"use 0..{S - 1}")
+        prev_end = hi
+    for rs in plan.recompute:
+        if not 0 <= rs < S:
+            raise input_error(src, "recompute", f"stage {rs} out of range", f"use 0..{S - 1}")
     if num_layers is not None and prev_end != num_layers:
         raise input_error(
             src, "partition", f"covers {prev_end} layers, model has {num_layers}",

@@ -62,9 +62,10 @@ def plan_with_profile(
         prof = prof.with_device(memory_gib=plan.deployment.cluster.gpu_memory_gib)
         prof = prof.with_deployment(plan.deployment)
     differs = embedded is not None and embedded.to_dict() != prof.to_dict()
+    embedded_name = embedded.name if embedded is not None else ""
     if differs and not override:
         raise OctoPipeError(
-            f"{plan_path}: field 'profile': embeds profile '{embedded.name}', which differs from "
+            f"{plan_path}: field 'profile': embeds profile '{embedded_name}', which differs from "
             f"--profile {profile_arg}; fix: drop --profile, or re-embed it with `octopipe "
             f"simulate --plan {plan_path} --profile {profile_arg} --out NEW.json`"
         )
@@ -72,7 +73,7 @@ def plan_with_profile(
     if differs:
         print(
             f"octopipe: note: using --profile {profile_arg} ('{prof.name}') instead of the "
-            f"profile embedded in {plan_path} ('{embedded.name}')",
+            f"profile embedded in {plan_path} ('{embedded_name}')",
             file=sys.stderr,
         )
     return plan, prof
