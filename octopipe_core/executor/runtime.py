@@ -91,6 +91,7 @@ class PipelineExecutor:
         device: torch.device,
         timeout_s: float = 45.0,
         peers: list[int] | None = None,
+        names: list[str] | None = None,
     ) -> None:
         self.lp, self.plan = lowered, lowered.plan
         self.rank, self.device, self.timeout = rank, device, timedelta(seconds=timeout_s)
@@ -101,7 +102,7 @@ class PipelineExecutor:
         self.ops = lowered.ranks[rank]
         self.my_stages = self.plan.stages_on(rank)
         keep = {i for s in self.my_stages for i in range(*self.plan.partition[s])}
-        self.layers = build_layers(families, self.st, keep)
+        self.layers = build_layers(families, self.st, keep, names=names)
         for m in self.layers:
             if m is not None:
                 m.to(device)

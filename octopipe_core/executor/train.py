@@ -89,7 +89,10 @@ def execute(
     mesh = mesh_for(layout, device.type)
     timeout = float(rt.get("timeout_s", 45))
     families = [lt.family for lt in prof.layer_costs()]
-    ex = PipelineExecutor(lp, families, st, mesh.device, device, timeout, peers=mesh.pipeline)
+    names = list(prof.layers)  # the profile's layer type names, passed to a model hook
+    ex = PipelineExecutor(
+        lp, families, st, mesh.device, device, timeout, peers=mesh.pipeline, names=names
+    )
     ex.infer_shapes()
     optim = OptimSettings.from_dict(cfg.get("train"))
     if not optim.decay_steps:
