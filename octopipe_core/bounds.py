@@ -24,7 +24,8 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
 * **packing** (``packing_ms``): the same, exactly: the smallest capacity ``C`` such that the
   layers (few distinct costs: the model repeats its blocks) pack into ``p`` bins of size
   ``C``, decided by a breadth-first search over the counts of each layer cost left, times
-  ``m``; skipped (0) when the search space is too large;
+  ``m``; when that search is too large, the smallest ``C`` that Martello and Toth's L2 bin
+  count does not rule out;
 * **contiguous** (``contiguous_ms``): for plans with one contiguous layer range per device
   (1F1B, ZB-H1/H2 and the ``seq`` family only): the exact minimum over such partitions of the
   largest ``start + m * load`` (fill and drain as above, plus one link latency per stage
@@ -320,8 +321,8 @@ def packing_bound(
     g = granularity_bound(layer_ms, p)  # nothing packs below it
     lo = g * (1 + 1e-6)
     ok = _packs(values, counts, p, lo, limit)
-    if ok is None:
-        return 0.0
+    if ok is None:  # too large to decide exactly: Martello and Toth's L2 bin count instead
+        return _l2_bound(sorted(layer_ms, reverse=True), p, g) * microbatches
     if ok:
         return g * microbatches
     # a feasible capacity: longest-processing-time greedy
@@ -340,6 +341,45 @@ def packing_bound(
         else:
             lo = mid
     return lo * microbatches
+
+
+def l2_bins(items: list[float], cap: float) -> int:
+    """Martello and Toth's L2 lower bound on the number of bins of size ``cap`` that hold
+    ``items`` (sorted, largest first): for each ``a <= cap / 2``, the items above ``cap - a``
+    and those above ``cap / 2`` each need a bin, and the items in ``[a, cap / 2]`` fill the room
+    left in the second kind before needing more.
+
+    >>> l2_bins([8.0] * 3 + [6.0] * 4, 13.0)  # a 6 never fits next to an 8: 3 + 2 bins
+    5
+    """
+    eps = 1e-9 * max(1.0, cap)
+    half = cap / 2
+    alphas = sorted({0.0, *(x for x in items if x <= half + eps)})
+    best = 0
+    for a in alphas:
+        j1 = [x for x in items if x > cap - a + eps]
+        j2 = [x for x in items if half + eps < x <= cap - a + eps]
+        j3 = [x for x in items if a - eps <= x <= half + eps]
+        room = len(j2) * cap - sum(j2)
+        extra = max(0.0, sum(j3) - room)
+        need = len(j1) + len(j2) + (int(-(-extra // cap)) if extra > eps else 0)
+        best = max(best, need)
+    return best
+
+
+def _l2_bound(items: list[float], devices: int, lo: float) -> float:
+    """Smallest capacity (bisection, 1e-6) that the L2 bin count does not rule out."""
+    if l2_bins(items, lo * (1 + 1e-6)) <= devices:
+        return lo
+    hi = sum(items)
+    lo = lo * (1 + 1e-6)
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        if l2_bins(items, mid) > devices:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def contiguous_bound(

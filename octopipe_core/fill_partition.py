@@ -5,13 +5,16 @@ Model (``FillModel``): layer ``i`` costs ``work_i`` ms (F+B+W) and ``fb_i`` ms (
 micro-batch. Stage ``s`` starting at layer ``a`` cannot start before ``P_a + s * hop``
 (micro-batch 0's forwards through layers ``0..a-1`` and the transfers on the way), and its F
 and B work must end ``Q_a + s * hop`` before the step does (the gradient still travels down
-to layer 0). The work of a device's stages ``s`` and later (in model order) cannot start
-before stage ``s`` does, so the device needs
+to layer 0). On a device with stages ``s_1 < s_2 < ...``, the forwards of ``s_k`` and later
+stages cannot start before ``s_k`` does, and no backward (B, W) of any of its stages can
+start before that either (it needs a full forward pass), so the device needs the largest of
 
-    need_d = max over its stages s of max(start_s + m * work(s and later stages of d),
-                                          start_s + m * fb(s and later stages of d) + drain_s)
+    start_k + m * (F of stages s_k, s_k+1, ... + B and W of all its stages)
+    start_k + m * (F of stages s_k, ... + B of all its stages) + drain_1
+    start_k + m * (F and B of stages s_k, s_k+1, ...) + drain_k
 
-and the objective is ``max_d need_d`` (for one stage per device: start + m x load). Optionally each
+over ``k``, and the objective is ``max_d need_d`` (one stage per device: start + m x load,
+and start + m x (F + B) + drain). Optionally each
 device must also fit a memory budget: ``sum(weight_mib) + k_s * sum(activation_mib)`` over
 its stages, with ``k_s`` micro-batches in flight on stage ``s``.
 
@@ -131,27 +134,45 @@ def device_needs(model: FillModel, partition: Partition, placement: list[int]) -
     S = len(partition)
     pre_w = [0.0, *accumulate(model.work_ms)]
     pre_fb = [0.0, *accumulate(model.fb_ms)]
+    P, Q = model.fill_ms, model.drain_ms
     m, h = model.microbatches, model.hop_ms
+    stages: list[list[int]] = [[] for _ in range(D)]
+    for s, d in enumerate(placement):
+        stages[d].append(s)
     need = [0.0] * D
-    load = [0.0] * D  # work of the stages seen so far, walking from the last stage back
-    fb = [0.0] * D
-    mem = [0.0] * D
-    pw = pa = None
+    for d, mine in enumerate(stages):
+        if not mine:
+            continue
+        rng = [partition[s] for s in mine]
+        f = [P[b] - P[a] for a, b in rng]
+        fb = [pre_fb[b] - pre_fb[a] for a, b in rng]
+        work = [pre_w[b] - pre_w[a] for a, b in rng]
+        bw_all = sum(work) - sum(f)
+        b_all = sum(fb) - sum(f)
+        drain1 = Q[rng[0][0]] + mine[0] * h
+        f_from, fb_from = 0.0, 0.0
+        for k in range(len(mine) - 1, -1, -1):
+            f_from += f[k]
+            fb_from += fb[k]
+            start = P[rng[k][0]] + mine[k] * h
+            drain = Q[rng[k][0]] + mine[k] * h
+            need[d] = max(
+                need[d],
+                start + m * (f_from + bw_all),
+                start + m * (f_from + b_all) + drain1,
+                start + m * fb_from + drain,
+            )
     if model.cap_mib is not None and model.weight_mib is not None:
         pw = [0.0, *accumulate(model.weight_mib)]
         pa = [0.0, *accumulate(model.activation_mib or [0.0] * model.num_layers)]
-    for s in range(S - 1, -1, -1):
-        (a, b), d = partition[s], placement[s]
-        load[d] += pre_w[b] - pre_w[a]
-        fb[d] += pre_fb[b] - pre_fb[a]
-        start = model.fill_ms[a] + s * h
-        drain = model.drain_ms[a] + s * h
-        need[d] = max(need[d], start + m * load[d], start + m * fb[d] + drain)
-        if pw is not None and pa is not None:
-            mem[d] += pw[b] - pw[a] + model.k(s, S) * (pa[b] - pa[a])
-    if model.cap_mib is not None:
-        for d in range(D):
-            if mem[d] > model.cap_mib * (1 + 1e-9):
+        for d, mine in enumerate(stages):
+            mem = sum(
+                pw[partition[s][1]]
+                - pw[partition[s][0]]
+                + model.k(s, S) * (pa[partition[s][1]] - pa[partition[s][0]])
+                for s in mine
+            )
+            if mem > model.cap_mib * (1 + 1e-9):
                 need[d] = float("inf")
     return need
 
@@ -333,15 +354,20 @@ class _Nested:
         self.prv[id(bl)] = prv
         has = prv >= 0
         pj = np.where(has, prv, 0)
+        h, Tt = self.model.hop_ms, self.T * (1 + _REL)
+        start2 = self.P[pj] + bl.second * h
         gap_w = np.where(has, self.pre_w[None, :] - self.pre_w[pj], np.inf)
         gap_fb = np.where(has, self.pre_fb[None, :] - self.pre_fb[pj], np.inf)
-        # the second stage on its own, from its own start (the largest j' is still the best:
-        # m x work falls faster than the start grows)
-        cw2, cfb2 = self._caps(bl.second)
-        alone = (m * gap_w <= cw2[pj]) & (m * gap_fb <= cfb2[pj])
+        # the second stage's own drain term; then the terms counted from its start: its
+        # work and all the device's B and W, or its F and B and all the device's B (the
+        # largest j' is still the best: m x work falls faster than the start grows)
+        alone = start2 + m * gap_fb + self.Q[pj] + bl.second * h <= Tt
+        gap2 = np.where(has & alone, start2 + m * gap_w, np.inf)
+        gap4 = np.where(has & alone, start2 + m * gap_fb, np.inf)
         gap_w = np.where(alone, gap_w, np.inf)
         gap_fb = np.where(alone, gap_fb, np.inf)
         cw, cfb = self._caps(bl.first)
+        drain1 = self.Q + bl.first * h
         # band of i' per i: the left stage [i, i') must fit the time left on its own
         reach = self._reach(self.pre_w, cw / m)
         reach = np.where(cw < 0, idx, reach)
@@ -358,12 +384,16 @@ class _Nested:
         jj = jlo[rows][:, None] + np.arange(span)[None, :]  # (R, W) candidate j
         jvalid = jj <= jhi[rows][:, None]
         jjc = np.minimum(jj, N - 1)
-        lw = np.where(valid, m * (self.pre_w[ipc] - self.pre_w[rows][:, None]), np.inf)
-        lfb = np.where(valid, m * (self.pre_fb[ipc] - self.pre_fb[rows][:, None]), np.inf)
+
+        def left(pre: np.ndarray) -> np.ndarray:
+            return np.where(valid, m * (pre[ipc] - pre[rows][:, None]), np.inf)[:, :, None]
+
         g_i, g_j = ipc[:, :, None], jjc[:, None, :]
-        ok = (lw[:, :, None] + m * gap_w[g_i, g_j] <= cw[rows][:, None, None]) & (
-            lfb[:, :, None] + m * gap_fb[g_i, g_j] <= cfb[rows][:, None, None]
+        ok = (left(self.pre_w) + m * gap_w[g_i, g_j] <= cw[rows][:, None, None]) & (
+            left(self.pre_fb) + m * gap_fb[g_i, g_j] <= cfb[rows][:, None, None]
         )
+        ok &= left(self.pre_w - self.P) + gap2[g_i, g_j] <= Tt
+        ok &= left(self.pre_fb - self.P) + gap4[g_i, g_j] <= Tt - drain1[rows][:, None, None]
         if self.mem:
             cap = (self.model.cap_mib or 0.0) * (1 + 1e-9)
             c1, c2 = self._mem_prefix(bl.first), self._mem_prefix(bl.second)
@@ -405,18 +435,25 @@ class _Nested:
         m = self.model.microbatches
         prv = self.prv[id(bl)]
         cw, cfb = self._caps(bl.first)
-        cw2, cfb2 = self._caps(bl.second)
+        _cw2, cfb2 = self._caps(bl.second)
         pw, pfb = self.pre_w, self.pre_fb
         cap = (self.model.cap_mib or 0.0) * (1 + 1e-9)
+        P, Q, h, Tt = self.P, self.Q, self.model.hop_ms, self.T * (1 + _REL)
         for ip in range(i + 1, j):
             jp = int(prv[ip, j])
             if jp < ip:
                 continue
-            if m * (pw[j] - pw[jp]) > cw2[jp] or m * (pfb[j] - pfb[jp]) > cfb2[jp]:
+            start2 = P[jp] + bl.second * h
+            if m * (pfb[j] - pfb[jp]) > cfb2[jp]:
                 continue
             if m * (pw[ip] - pw[i] + pw[j] - pw[jp]) > cw[i]:
                 continue
             if m * (pfb[ip] - pfb[i] + pfb[j] - pfb[jp]) > cfb[i]:
+                continue
+            bw1, b1 = (pw[ip] - P[ip]) - (pw[i] - P[i]), (pfb[ip] - P[ip]) - (pfb[i] - P[i])
+            if start2 + m * (pw[j] - pw[jp] + bw1) > Tt:
+                continue
+            if start2 + m * (pfb[j] - pfb[jp] + b1) > Tt - (Q[i] + bl.first * h):
                 continue
             if self.mem:
                 c1, c2 = self._mem_prefix(bl.first), self._mem_prefix(bl.second)
@@ -457,7 +494,7 @@ def solve_fill(
         nested_fill_bound(model.work_ms, P[:d], m),
         nested_fill_bound(model.fb_ms, [P[k] + Q[k] for k in range(d)], m),
     )
-    hi = P[-1] + m * sum(model.work_ms) + Q[-1] + S * model.hop_ms
+    hi = P[-1] + m * sum(model.work_ms) + Q[-1] + 2 * S * model.hop_ms
     guesses = [balanced_partition(model.work_ms, S)]
     if start is not None and len(start) == S:
         guesses.append(list(start))

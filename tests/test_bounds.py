@@ -113,3 +113,18 @@ def test_packing_bound_matches_brute_force_on_small_cases():
         assert got <= 3 * best + 1e-9  # a bound
         assert got >= 3 * best * (1 - 2e-6)  # and exact up to the bisection tolerance
         assert got >= granularity_bound(layers, p, 3) - 1e-9
+
+
+def test_l2_bin_count_rules_out_capacities_and_holds_at_p64():
+    from octopipe_core.bounds import l2_bins, packing_bound
+
+    # 8 ms layers (and the head) never share a 13.75 ms device with a 6 ms one, so the 6 ms
+    # ones need ceil(54 x 6 / 13.75) more
+    assert l2_bins([8.0] * 54 + [6.0] * 54 + [13.2], 13.75) == 55 + 24
+    assert l2_bins([8.0] * 54 + [6.0] * 54 + [13.2], 14.1) <= 64
+    prof = load_sample("nemotron-h-56b")
+    b = plan_bounds(prof, 64, 512)
+    assert b.packing_ms > b.granularity_ms * 1.05  # the exact search is too large here
+    assert b.packing_ms == pytest.approx(packing_bound(LayerTimes.of(prof).work_ms, 64, 512))
+    for _sched, _plan, r in _peers(prof, 64, 512):
+        assert r.step_time_ms >= b.packing_ms * (1 - 1e-9)

@@ -45,7 +45,10 @@ def test_list_scheduler_matches_simulator(family: str, which: str):
         plan = Plan(m, part, place, r.order)
         validate_plan(plan, prof.num_layers)
         sim = simulate(prof, plan, cap)
-        assert sim.step_time_ms == pytest.approx(r.makespan_ms, abs=1e-9)
+        if pol.w_reserve:  # a W held back for the drain may start after a gap
+            assert sim.step_time_ms <= r.makespan_ms + 1e-9
+        else:
+            assert sim.step_time_ms == pytest.approx(r.makespan_ms, abs=1e-9)
         assert sim.fits_memory
     assert ran
 

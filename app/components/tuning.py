@@ -86,7 +86,8 @@ def result_notes(result: Any) -> list[str]:
         f"{result.evaluations:g} plans simulated",
         f"searched {result.search_time_s:.1f} s",
         f"best found at {result.time_to_best_s:.1f} s",
-        "converged" if result.converged else "stopped at the time budget",
+        getattr(result, "stop_reason", "")
+        or ("converged" if result.converged else "stopped at the time budget"),
     ]
     notes.append(" · ".join(stats))
     return notes

@@ -16,7 +16,8 @@ share one communication stream per device, as in the simulator). Rules, in prior
 
 The :class:`Policy` varies the in-flight limit, how eagerly W fills gaps and which stage's F
 goes first; ``POLICIES`` lists the variants the tuner tries. Timing and memory follow the
-simulator exactly, so the returned makespan equals ``simulate(...).step_time_ms``.
+simulator exactly, so the returned makespan equals ``simulate(...).step_time_ms`` (an upper
+bound of it for policies with ``w_reserve``).
 
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> from octopipe_core.costs import stage_costs
@@ -50,19 +51,27 @@ class Policy:
     * ``f_first``: ``"oldest"`` runs the oldest micro-batch's F first, ``"deepest"`` the F of
       the latest stage first (fewer activations held);
     * ``f_ahead``: when > 0, a ready F goes before a ready B unless the B's micro-batch is at
-      least ``f_ahead`` older (micro-batches enter the pipeline sooner, at some memory cost).
+      least ``f_ahead`` older (micro-batches enter the pipeline sooner, at some memory cost);
+    * ``w_reserve``: while the device still has forwards or backwards to run, an idle gap
+      runs a pending W only if more than ``w_reserve`` x (the device's number of stages) W are
+      pending, so that W are left to fill the drain at the end of the step (zero-bubble
+      style; they keep their stash meanwhile, and run anyway when memory blocks an F). A W
+      held back may then start after an idle gap, so the makespan is only an upper bound of
+      the simulated step of the same orders (the tuner always keeps the simulated one).
     """
 
     inflight: float = 0.0
     w_fill: str = "greedy"
     f_first: str = "oldest"
     f_ahead: int = 0
+    w_reserve: float = 0.0
 
     @property
     def name(self) -> str:
         lim = "mem" if self.inflight <= 0 else f"x{self.inflight:g}"
         ahead = f",F+{self.f_ahead}" if self.f_ahead else ""
-        return f"ls[{lim},{self.w_fill},{self.f_first}{ahead}]"
+        keep = f",W>{self.w_reserve:g}" if self.w_reserve else ""
+        return f"ls[{lim},{self.w_fill},{self.f_first}{ahead}{keep}]"
 
 
 POLICIES: tuple[Policy, ...] = (
@@ -78,6 +87,8 @@ POLICIES: tuple[Policy, ...] = (
     Policy(0.0, "greedy", "oldest", 2),
     Policy(2.0, "lookahead", "deepest"),
     Policy(1.5, "greedy", "oldest"),
+    Policy(0.0, "lookahead", "oldest", 0, 0.5),
+    Policy(0.0, "lookahead", "oldest", 0, 1.0),
 )
 
 
@@ -149,6 +160,8 @@ def list_schedule(
     budget = [float("inf")] * D if budget_mib is None else list(budget_mib)
     limit = inflight_limits(placement, D, policy.inflight)
     greedy_w = policy.w_fill == "greedy"
+    keep_w = [policy.w_reserve * len(st) for st in stages_of]
+    fb_left = [2 * M * len(st) for st in stages_of]  # forwards and backwards still to run
     deepest = policy.f_first == "deepest"
     f_before_b = policy.f_ahead > 0
     ahead = policy.f_ahead
@@ -219,6 +232,7 @@ def list_schedule(
         else:
             best_f = None
             mem_blocked = False
+            mem_wait = False  # some F (ready or not) waits for memory: W must not be held
             for s in stages_of[d]:
                 i = f_next[s]
                 if i >= M:
@@ -229,6 +243,7 @@ def list_schedule(
                 if fwd_only[d] >= limit[d] and s == first[d]:
                     continue
                 if mem[d] + act[s] + reserve[s] > budget[d] + _EPS:
+                    mem_wait = True
                     if a <= t + _EPS:
                         mem_blocked = True
                     continue
@@ -253,7 +268,7 @@ def list_schedule(
                     or mem_blocked
                     or next_arr == float("inf")
                     or next_arr - t >= 0.5 * w[ws] - _EPS
-                ):
+                ) and (mem_wait or len(wq[d]) > keep_w[d] or fb_left[d] == 0):
                     wq[d].popleft()
                     kind, s_pick, i_pick = "W", ws, code % M
         if not kind:
@@ -269,6 +284,8 @@ def list_schedule(
             return None
         order[d].append((s, kind, i))
         remaining -= 1
+        if kind != "W":
+            fb_left[d] -= 1
         if kind == "F":
             end = t + f[s]
             left[d] -= f[s]
