@@ -37,6 +37,7 @@ from app.components import (
     exporting,
     guard,
     plan_link,
+    plots,
     tuning,
     where,
 )
@@ -400,6 +401,18 @@ def cached_where(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
     """Where the time goes (per-device breakdown frame), peak memory per device (GiB) and the
     critical path of a plan (see ``where``)."""
     return where.analyse(cached_sim(profile, plan_js, cap)["result"])
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def cached_where_figures(
+    profile: Profile, plans: tuple[tuple[str, str], ...], cap: float
+) -> tuple[go.Figure, go.Figure]:
+    """Where the time goes, and peak memory per device against the cap, of ``plans``."""
+    data = {n: cached_where(profile, js, cap) for n, js in plans}
+    return (
+        plots.where_time_figure({n: d["frame"] for n, d in data.items()}),
+        plots.peak_memory_figure({n: d["peaks_gib"] for n, d in data.items()}, cap),
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
