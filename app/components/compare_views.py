@@ -82,10 +82,11 @@ def sweep() -> None:
     if df.empty:
         st.info("Nothing to sweep: pick schedules that fit this model.")
         return
-    display.chart(charts.sweep_figure(df, axis, s.memory_gib), key="sweep_chart", name="sweep")
+    cap = state.memory_cap()
+    display.chart(charts.sweep_figure(df, axis, cap), key="sweep_chart", name="sweep")
     over = int((~df["fits_memory"]).sum())
     st.caption(
-        f"Red crosses: {over} of {len(df)} points do not fit the {s.memory_gib:g} GiB memory "
+        f"Red crosses: {over} of {len(df)} points do not fit the {cap:g} GiB memory "
         "cap. Peer schedules only; sizes a schedule cannot run (e.g. DualPipeV below 2 "
         "micro-batches per device, more stages than layers) or over the dashboard's work cap "
         f"are left out. Other settings as in the sidebar ({s.devices} devices, "

@@ -236,6 +236,11 @@ def settings(schedule: str | None = None, partition: str | None = None) -> Setti
     )
 
 
+def memory_cap() -> float:
+    """The sidebar's memory cap (GiB per device)."""
+    return float(st.session_state["memory_gib"])
+
+
 def workload_key() -> tuple[Any, ...]:
     """What a tuned plan depends on: the profile, the workload size and the cluster layout."""
     ss = st.session_state
@@ -546,7 +551,7 @@ def tuned_plan_js() -> str | None:
 def best_peer() -> tuple[str, dict[str, Any]] | None:
     """The fastest peer that fits the memory cap (or the fastest at all), by ``baselines``."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
     ok = {k: v for k, v in res.items() if "error" not in v}
     if not ok:
         return None
@@ -559,7 +564,7 @@ def fitting_peer(exclude: str | None = None) -> str | None:
     """The fastest peer (``schedule/partition``) that fits the memory cap, other than
     ``exclude``; None when none fits."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
     fits = {k: v for k, v in res.items() if "error" not in v and v["fits_memory"] and k != exclude}
     return min(fits, key=lambda k: fits[k]["step_time_ms"]) if fits else None
 
@@ -592,7 +597,7 @@ def auto_tuned_js() -> str | None:
     s = settings()
     if s.devices * s.microbatches > AUTO_TUNE_MAX_SIZE:
         return None
-    return cached_auto_tune(profile(), s.devices, s.microbatches, s.memory_gib)
+    return cached_auto_tune(profile(), s.devices, s.microbatches, memory_cap())
 
 
 def challenger() -> tuple[str, str] | None:

@@ -43,8 +43,12 @@ else:
         compare_views.default_picks(choices),
         key="compare_plans",
     )
-first = {} if "compare_view" in ss else {"default": "Timelines"}
-view = st.segmented_control("view", list(VIEWS.values()), key="compare_view", **first)
+if "compare_view" in ss:  # set by a shared URL or an earlier run: no default beside it
+    view = st.segmented_control("view", list(VIEWS.values()), key="compare_view")
+else:
+    view = st.segmented_control(
+        "view", list(VIEWS.values()), default="Timelines", key="compare_view"
+    )
 view = view or "Timelines"
 view_key = next(k for k, v in VIEWS.items() if v == view)
 extra = {"plans": ",".join(picked), "view": view_key}
