@@ -68,7 +68,7 @@ QUERY_KEYS = (
     "critical", "img", *cluster_state.QUERY_KEYS,
 )  # fmt: skip
 STATE_KEY = {"img": "img_format"}  # URL parameter -> session key, where they differ
-PAGE_KEYS = ("plans", "view", "sweep")  # read by the page that uses them
+PAGE_KEYS = ("plans", "view", "sweep", "peers", "memory")  # read by the page that uses them
 # Streamlit hashes a cached function's profile argument with this: a deployment memoises its
 # links as it is used, which must not change the cache key.
 HASH_FUNCS: dict[Any, Any] = {Profile: cluster_data.profile_cache_key}

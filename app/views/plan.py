@@ -23,7 +23,9 @@ c2.number_input(
 state.commit("chunks")
 c3.selectbox("partition", PARTITIONS, key=state.bound("partition"))
 state.commit("partition")
-query = state.sync_query_params()
+if state.url_extra("memory") == "1":
+    ss["plan_memory"] = True
+query = state.sync_query_params({"memory": "1"} if ss.get("plan_memory") else None)
 panels.share_caption("plan", query)
 state.check_work()
 
