@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.components import charts  # noqa: E402
+from octopipe_core.limits import MAX_DASHBOARD_OPS  # noqa: E402
 from octopipe_core.profile import load_sample  # noqa: E402
 from octopipe_core.schedules import build_plan  # noqa: E402
 from octopipe_core.simulator import simulate  # noqa: E402
@@ -132,6 +133,20 @@ def timed(page: Any, action: Callable[[], None], expect: str) -> tuple[float, fl
     t_idle = time.perf_counter() - t0
     tasks = page.evaluate("m => window.__longtasks.filter(t => t[0] >= m)", mark)
     return t_chart, t_idle, max((d for _, d in tasks), default=0.0) / 1000.0
+
+
+def timed_message(page: Any, url: str, text: str) -> tuple[float, float, float]:
+    """From opening ``url``: seconds until ``text`` shows in the page, until the page is idle,
+    and the longest main-thread task (s)."""
+    page.evaluate("() => { window.__longtasks = window.__longtasks || []; }")
+    t0 = time.perf_counter()
+    page.goto(url)
+    page.get_by_text(text).first.wait_for(timeout=300_000)
+    t_msg = time.perf_counter() - t0
+    page.wait_for_selector(READY, timeout=300_000)
+    t_idle = time.perf_counter() - t0
+    tasks = page.evaluate("() => window.__longtasks")
+    return t_msg, t_idle, max((d for _, d in tasks), default=0.0) / 1000.0
 
 
 def set_microbatches(page: Any, m: int) -> Callable[[], None]:
@@ -232,6 +247,15 @@ def run(trials: int) -> dict[str, Any]:
             m = 255 - i
             ch.append(timed(last, set_microbatches(last, m), step_text(s56, "1f1b", 64, m)))
         results["redraw_p64_m256_microbatches"] = summary(ch)
+
+        # ---- a request over the work cap: refused in the page, every page's worst case ---
+        heavy = []
+        for page_path in ("", "plan", "compare"):
+            hp = ctx.new_page()
+            q = f"sample={s56}&devices=59&microbatches=1000&schedule=1f1b"
+            heavy.append(timed_message(hp, f"{url}/{page_path}?{q}", "590,000 ops"))
+            hp.close()
+        results["heavy_request_refused"] = summary(heavy)
         browser.close()
     results["loadavg"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     results["figures"] = {
@@ -268,6 +292,11 @@ def report(res: dict[str, Any], cmd: str) -> str:
         ("Draw p=64, m=256 from its URL (new session, uncached)", "draw_p64_m256_uncached", 5),
         ("Draw p=64, m=256 from its URL (new session, cached)", "draw_p64_m256_server_cached", 5),
         ("Redraw after a micro-batch change, p=64, m=256", "redraw_p64_m256_microbatches", 5),
+        (
+            "p=59, m=1,000 from its URL (over the work cap): refusal shown, 3 pages",
+            "heavy_request_refused",
+            5,
+        ),
     ]
     out = [
         "# Dashboard benchmark",
@@ -321,7 +350,11 @@ def report(res: dict[str, Any], cmd: str) -> str:
         f"never one per block; past {charts.DEFAULT_MAX_BARS:,} blocks a panel is drawn at "
         "screen resolution (a heatmap with one column per pixel, which the browser paints as "
         "one image, hover still naming stage, micro-batch and layers); raster payloads use "
-        "small integer codes so the base64 that `plotly.io.to_json` escapes stays compact.",
+        "small integer codes so the base64 that `plotly.io.to_json` escapes stays compact. "
+        "Each page also draws where the time goes and peak memory per device (one bar per "
+        "device and kind of time). A request whose largest plan passes "
+        f"{MAX_DASHBOARD_OPS:,} simulated ops is refused up front (before this cap, the p=59, "
+        "m=1,000 URL took 211 s and 1.8 GB and slowed every other session from 5 s to 23 s).",
         "",
         "For reference, the UI peer (PP-Schedule-Visualization, measured on the same kind of "
         "machine, `/work/shared/reference/ui-peer.md`) needs 6.3 s to redraw 1F1B at p=16, "

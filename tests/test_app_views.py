@@ -161,6 +161,9 @@ def test_memory_curves_at_16_devices_have_16_colours() -> None:
     )
     colors = [t["line"]["color"] for t in mem["data"] if str(t.get("name", "")).startswith("d")]
     assert len(colors) == 16 == len(set(colors))
+    assert at.query_params["memory"] == "1"  # the shared view shows the curves too
+    again = start("plan", **dict(at.query_params))
+    assert again.toggle(key="plan_memory").value is True and len(charts(again)) == 4
 
 
 # ---- 3, 4. plan diff by layers, sweeps ------------------------------------------------------
@@ -197,6 +200,14 @@ def test_sweep_marks_points_that_do_not_fit() -> None:
     assert any("do not fit the 64 GiB memory cap" in c.value for c in at.caption)
     table = at.dataframe[0].value
     assert "NO" in set(table["fits cap"]) and "yes" in set(table["fits cap"])
+    at.radio(key="sweep_axis").set_value("devices").run()
+    at.multiselect(key="sweep_peers").set_value(["1f1b/uniform", "zbv/balanced"]).run()
+    ok(at)
+    assert at.query_params["sweep"] == "devices"
+    assert at.query_params["peers"] == "1f1b/uniform,zbv/balanced"
+    again = start("compare", **dict(at.query_params))
+    assert again.radio(key="sweep_axis").value == "devices"
+    assert again.multiselect(key="sweep_peers").value == ["1f1b/uniform", "zbv/balanced"]
 
 
 # ---- 5. simulated vs executed ----------------------------------------------------------------

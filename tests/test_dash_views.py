@@ -234,7 +234,7 @@ def test_gantt_hover_shows_the_duration_and_the_raster_names_the_kind(prof: Any)
     raster = charts.gantt_figure(tl, max_bars=10).data[0]
     assert "%{text}" in raster.hovertemplate and "compute" not in raster.hovertemplate
     kinds = set(np.asarray(raster.text).ravel()) - {""}
-    assert {"F (forward)", "BW (fused backward)"} <= kinds
+    assert {"F", "BW"} <= kinds
 
 
 def test_device_without_stages_is_an_idle_lane(prof: Any) -> None:

@@ -189,11 +189,11 @@ def _raster_codes() -> tuple[dict[str, int], list[str], list[str]]:
     per raster kind, then a lighter one per compute kind for later chunks."""
     codes = {k: i + 2 for i, k in enumerate(RASTER_KINDS)}
     colors = [KIND_COLORS[k] for k in RASTER_KINDS]
-    labels = ["", "", *(KIND_LABELS[k] for k in RASTER_KINDS)]
+    labels = ["", "", *RASTER_KINDS]  # short: one label per cell travels to the browser
     for k in CHUNK_KINDS:
         codes[f"{k}+"] = len(codes) + 2
         colors.append(lighter(KIND_COLORS[k]))
-        labels.append(f"{KIND_LABELS[k]}, 2nd chunk")
+        labels.append(f"{k} (chunk 2)")
     return codes, colors, labels
 
 

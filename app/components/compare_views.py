@@ -25,6 +25,27 @@ VIEWS = {
     "executed": "Simulated vs executed",
 }
 SWEEP_AXES = ("microbatches", "devices")
+SWEEP_PEERS = ["1f1b/uniform", "interleaved/uniform", "zb-h1/uniform", "zbv/balanced"]
+
+
+def url_sweep() -> None:
+    """A shared URL's sweep axis and schedules (``sweep=``, ``peers=``), once."""
+    ss = st.session_state
+    axis = state.url_extra("sweep")
+    if axis in SWEEP_AXES:
+        ss["sweep_axis"] = axis
+    raw = state.url_extra("peers")
+    if raw is not None:
+        peers = [p for p in raw.split(",") if p in state.peer_options()]
+        if peers:
+            ss["sweep_peers"] = peers
+
+
+def sweep_query() -> dict[str, str]:
+    """The sweep's settings for the URL."""
+    ss = st.session_state
+    peers = ss.get("sweep_peers", SWEEP_PEERS)
+    return {"sweep": ss.get("sweep_axis", "microbatches"), "peers": ",".join(peers)}
 
 
 def default_picks(choices: dict[str, str]) -> list[str]:
@@ -67,12 +88,10 @@ def sweep() -> None:
     prof, s = state.profile(), state.settings()
     c1, c2 = st.columns([1, 3])
     axis = c1.radio("vary", SWEEP_AXES, key="sweep_axis")
-    peers = c2.multiselect(
-        "schedules",
-        state.peer_options(),
-        ["1f1b/uniform", "interleaved/uniform", "zb-h1/uniform", "zbv/balanced"],
-        key="sweep_peers",
-    )
+    if "sweep_peers" in st.session_state:  # from a shared URL or an earlier run
+        peers = c2.multiselect("schedules", state.peer_options(), key="sweep_peers")
+    else:
+        peers = c2.multiselect("schedules", state.peer_options(), SWEEP_PEERS, key="sweep_peers")
     if axis == "microbatches":
         values = tuple(v for v in (4, 8, 16, 32, 64, 128) if v >= 1)
     else:
@@ -82,10 +101,11 @@ def sweep() -> None:
     if df.empty:
         st.info("Nothing to sweep: pick schedules that fit this model.")
         return
-    display.chart(charts.sweep_figure(df, axis, s.memory_gib), key="sweep_chart", name="sweep")
+    cap = state.memory_cap()
+    display.chart(charts.sweep_figure(df, axis, cap), key="sweep_chart", name="sweep")
     over = int((~df["fits_memory"]).sum())
     st.caption(
-        f"Red crosses: {over} of {len(df)} points do not fit the {s.memory_gib:g} GiB memory "
+        f"Red crosses: {over} of {len(df)} points do not fit the {cap:g} GiB memory "
         "cap. Peer schedules only; sizes a schedule cannot run (e.g. DualPipeV below 2 "
         "micro-batches per device, more stages than layers) or over the dashboard's work cap "
         f"are left out. Other settings as in the sidebar ({s.devices} devices, "

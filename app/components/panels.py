@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.components import analysis, charts, display, exporting, plots, state, where
+from app.components import analysis, charts, display, exporting, state, where
 from octopipe_core.profile import Profile
 
 
@@ -189,16 +189,14 @@ def where_time(items: tuple[tuple[str, str], ...], key: str) -> None:
     peak memory per device against the cap, side by side."""
     prof = state.profile()
     cap = float(st.session_state["memory_gib"])
-    data = {n: state.cached_where(prof, js, cap) for n, js in items}
+    time_fig, peak_fig = state.cached_where_figures(prof, items, cap)
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Where the time goes** (per device, ms)")
-        fig = plots.where_time_figure({n: d["frame"] for n, d in data.items()})
-        display.chart(fig, key=f"{key}_time", name="where-the-time-goes")
+        display.chart(time_fig, key=f"{key}_time", name="where-the-time-goes")
     with right:
         st.markdown(f"**Peak memory per device** against the {cap:g} GiB cap")
-        fig = plots.peak_memory_figure({n: d["peaks_gib"] for n, d in data.items()}, cap)
-        display.chart(fig, key=f"{key}_peak", name="peak-memory")
+        display.chart(peak_fig, key=f"{key}_peak", name="peak-memory")
     st.caption(where.TIME_DEFINITIONS)
 
 

@@ -37,6 +37,7 @@ from app.components import (
     exporting,
     guard,
     plan_link,
+    plots,
     tuning,
     where,
 )
@@ -67,7 +68,7 @@ QUERY_KEYS = (
     "critical", "img", *cluster_state.QUERY_KEYS,
 )  # fmt: skip
 STATE_KEY = {"img": "img_format"}  # URL parameter -> session key, where they differ
-PAGE_KEYS = ("plans", "view", "sweep")  # read by the page that uses them
+PAGE_KEYS = ("plans", "view", "sweep", "peers", "memory")  # read by the page that uses them
 # Streamlit hashes a cached function's profile argument with this: a deployment memoises its
 # links as it is used, which must not change the cache key.
 HASH_FUNCS: dict[Any, Any] = {Profile: cluster_data.profile_cache_key}
@@ -233,6 +234,11 @@ def settings(schedule: str | None = None, partition: str | None = None) -> Setti
         partition=partition or ss["partition"],
         memory_gib=float(ss["memory_gib"]),
     )
+
+
+def memory_cap() -> float:
+    """The sidebar's memory cap (GiB per device)."""
+    return float(st.session_state["memory_gib"])
 
 
 def workload_key() -> tuple[Any, ...]:
@@ -403,6 +409,18 @@ def cached_where(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def cached_where_figures(
+    profile: Profile, plans: tuple[tuple[str, str], ...], cap: float
+) -> tuple[go.Figure, go.Figure]:
+    """Where the time goes, and peak memory per device against the cap, of ``plans``."""
+    data = {n: cached_where(profile, js, cap) for n, js in plans}
+    return (
+        plots.where_time_figure({n: d["frame"] for n, d in data.items()}),
+        plots.peak_memory_figure({n: d["peaks_gib"] for n, d in data.items()}, cap),
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_gantt(
     profile: Profile,
     plans: tuple[tuple[str, str], ...],
@@ -533,7 +551,7 @@ def tuned_plan_js() -> str | None:
 def best_peer() -> tuple[str, dict[str, Any]] | None:
     """The fastest peer that fits the memory cap (or the fastest at all), by ``baselines``."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
     ok = {k: v for k, v in res.items() if "error" not in v}
     if not ok:
         return None
@@ -546,7 +564,7 @@ def fitting_peer(exclude: str | None = None) -> str | None:
     """The fastest peer (``schedule/partition``) that fits the memory cap, other than
     ``exclude``; None when none fits."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, s.memory_gib)
+    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
     fits = {k: v for k, v in res.items() if "error" not in v and v["fits_memory"] and k != exclude}
     return min(fits, key=lambda k: fits[k]["step_time_ms"]) if fits else None
 
@@ -580,7 +598,7 @@ def auto_tuned_js() -> str | None:
     s = settings()
     if s.devices * s.microbatches > AUTO_TUNE_MAX_SIZE:
         return None
-    return cached_auto_tune(profile(), s.devices, s.microbatches, s.memory_gib)
+    return cached_auto_tune(profile(), s.devices, s.microbatches, memory_cap())
 
 
 def challenger() -> tuple[str, str] | None:

@@ -28,9 +28,7 @@ if picks is not None:
 url_view = state.url_extra("view")
 if url_view in VIEWS:
     ss["compare_view"] = VIEWS[url_view]
-url_axis = state.url_extra("sweep")
-if url_axis in compare_views.SWEEP_AXES:
-    ss["sweep_axis"] = url_axis
+compare_views.url_sweep()
 if "compare_plans" in ss:
     ss["compare_plans"] = [p for p in ss["compare_plans"] if p in choices]
     picked = st.multiselect(
@@ -43,13 +41,17 @@ else:
         compare_views.default_picks(choices),
         key="compare_plans",
     )
-first = {} if "compare_view" in ss else {"default": "Timelines"}
-view = st.segmented_control("view", list(VIEWS.values()), key="compare_view", **first)
+if "compare_view" in ss:  # set by a shared URL or an earlier run: no default beside it
+    view = st.segmented_control("view", list(VIEWS.values()), key="compare_view")
+else:
+    view = st.segmented_control(
+        "view", list(VIEWS.values()), default="Timelines", key="compare_view"
+    )
 view = view or "Timelines"
 view_key = next(k for k, v in VIEWS.items() if v == view)
 extra = {"plans": ",".join(picked), "view": view_key}
 if view_key == "sweep":
-    extra["sweep"] = ss.get("sweep_axis", "microbatches")
+    extra |= compare_views.sweep_query()
 query = state.sync_query_params(extra)
 panels.share_caption("compare", query)
 if not picked and view_key != "executed":

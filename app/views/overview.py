@@ -21,7 +21,7 @@ BASE = "1F1B (uniform)"
 try:
     base = state.peer_plan_js("1f1b/uniform")
     other = state.challenger()
-    m_base = state.cached_sim(prof, base, s.memory_gib)["metrics"]
+    m_base = state.cached_sim(prof, base, state.memory_cap())["metrics"]
     plans = {BASE: base}
     ref_name = BASE
     if not m_base["fits_memory"]:
@@ -32,7 +32,8 @@ try:
             plans = {fit: state.peer_plan_js(fit), BASE: base}
     if other is not None:
         plans[other[0]] = other[1]
-    metrics = {n: state.cached_sim(prof, js, s.memory_gib)["metrics"] for n, js in plans.items()}
+    cap = state.memory_cap()
+    metrics = {n: state.cached_sim(prof, js, cap)["metrics"] for n, js in plans.items()}
 except OctoPipeError as e:
     st.error(str(e))
     st.stop()

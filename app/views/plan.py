@@ -23,14 +23,16 @@ c2.number_input(
 state.commit("chunks")
 c3.selectbox("partition", PARTITIONS, key=state.bound("partition"))
 state.commit("partition")
-query = state.sync_query_params()
+if state.url_extra("memory") == "1":
+    ss["plan_memory"] = True
+query = state.sync_query_params({"memory": "1"} if ss.get("plan_memory") else None)
 panels.share_caption("plan", query)
 state.check_work()
 
 prof, s = state.profile(), state.settings()
 try:
     js = state.current_plan_js()
-    sim = state.cached_sim(prof, js, s.memory_gib)
+    sim = state.cached_sim(prof, js, state.memory_cap())
 except OctoPipeError as e:
     st.error(str(e))
     st.stop()
@@ -39,7 +41,7 @@ ss["_plan_js_shown"] = js
 edited = "plan_edit" in ss and ss["plan_edit"]["plan"] == js
 ref = None
 if edited:
-    ref = state.cached_sim(prof, state.cached_peer(prof, s), s.memory_gib)["metrics"]
+    ref = state.cached_sim(prof, state.cached_peer(prof, s), state.memory_cap())["metrics"]
 source = ss["plan_edit"].get("source") if edited else None
 note = (
     f" (from {source}; deltas against the peer plan)"
@@ -68,7 +70,7 @@ items = ((plan.name, js),)
 panels.gantt(items, max_bars, key="plan_gantt")
 panels.where_time(items, key="plan_where")
 if show_memory:
-    display.chart(state.cached_memory(prof, items, s.memory_gib), key="plan_memory_chart")
+    display.chart(state.cached_memory(prof, items, state.memory_cap()), key="plan_memory_chart")
 
 st.markdown("### Edit by hand")
 ss.setdefault("edit_ver", 0)

@@ -61,7 +61,7 @@ if go and tune_fn is not None:
 
     try:
         result = tuning.call_tune(
-            tune_fn, prof, s.devices, s.microbatches, s.memory_gib, float(budget), int(seed),
+            tune_fn, prof, s.devices, s.microbatches, state.memory_cap(), float(budget), int(seed),
             on_progress, chunks=s.chunks,
         )  # fmt: skip
         plan = tuning.result_plan(result)
@@ -104,7 +104,7 @@ if t.get("history"):
 plan = analysis.plan_from_json(tuned_js)
 st.subheader(f"Tuned plan: {plan.name or 'tuned'}")
 base = state.peer_plan_js("1f1b/uniform")
-cap = s.memory_gib
+cap = state.memory_cap()
 m_t = state.cached_sim(prof, tuned_js, cap)["metrics"]
 m_b = state.cached_sim(prof, base, cap)["metrics"]
 st.caption(f"Deltas against 1F1B (uniform): {m_b['step_time_ms'] / m_t['step_time_ms']:.3f}× speed")
