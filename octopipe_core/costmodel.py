@@ -138,7 +138,8 @@ class ModelConfig:
             "str": str, "int": int, "bool": bool, "float": (int, float),
         }  # fmt: skip
         for f in fields(self):
-            v, typ = getattr(self, f.name), "list" if f.name == "layers" else str(f.type)
+            v: Any = getattr(self, f.name)
+            typ = "list" if f.name == "layers" else str(f.type)
             if not isinstance(v, kinds.get(typ, tuple)) or (isinstance(v, bool) and typ != "bool"):
                 raise ValueError(f"field '{f.name}': got {v!r}; fix: write a {typ} value")
             if f.type in ("int", "float") and not (v > 0 or (v == 0 and f.default == 0)):

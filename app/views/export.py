@@ -74,7 +74,10 @@ model_hook = c1.text_input(
     "Empty: stand-in layers at CPU sizes. It is imported where the job runs, not here.",
 )
 data = c2.selectbox(
-    "data", list(exporting.DATA_KINDS), format_func=exporting.DATA_KINDS.get, key="job_data"
+    "data",
+    list(exporting.DATA_KINDS),
+    format_func=lambda k: exporting.DATA_KINDS[k],
+    key="job_data",
 )
 token_path, token_dtype, data_hook = "", "uint16", ""
 if data == "tokens":
@@ -113,7 +116,7 @@ zero1 = d2.checkbox(
 )
 settings = exporting.JobSettings(
     model_hook=model_hook.strip(),
-    data=data,
+    data=data or "synthetic",
     token_path=token_path,
     token_dtype=token_dtype,
     data_hook=data_hook.strip(),
