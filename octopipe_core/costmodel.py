@@ -142,7 +142,8 @@ class ModelConfig:
             typ = "list" if f.name == "layers" else str(f.type)
             if not isinstance(v, kinds.get(typ, tuple)) or (isinstance(v, bool) and typ != "bool"):
                 raise ValueError(f"field '{f.name}': got {v!r}; fix: write a {typ} value")
-            if f.type in ("int", "float") and not (v > 0 or (v == 0 and f.default == 0)):
+            num: Any = v  # checked to be a number of the field's type above
+            if f.type in ("int", "float") and not (num > 0 or (num == 0 and f.default == 0)):
                 need = "0 (auto) or a positive number" if f.default == 0 else "a positive number"
                 raise ValueError(f"field '{f.name}': got {v}; fix: use {need}")
         bad = [t for t in self.layers if not isinstance(t, str) or t not in LAYER_FAMILIES]
