@@ -57,6 +57,10 @@ def _dispatch(argv: list[str] | None) -> int:
     except OctoPipeError as e:
         print(f"octopipe: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a file vanished or a disk filled up mid-command
+        print(f"octopipe: error: {e.filename or ''}: {e.strerror or e}; fix: check the path "
+              "and free space", file=sys.stderr)  # fmt: skip
+        return 2
     except KeyboardInterrupt:
         print("octopipe: interrupted", file=sys.stderr)
         return 130

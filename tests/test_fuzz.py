@@ -67,6 +67,8 @@ def assert_clean(argv: list[str], what: str) -> int:
         assert len(lines) == 1, f"{what}: error is not one line: {err!r}"
         assert "fix" in lines[0], f"{what}: error says no fix: {lines[0]!r}"
         assert "Traceback" not in err
+    elif rc == 3 and argv[0] == "tune":  # documented: no plan fits the cap, and it says why
+        assert "fits" in out and "short" in out, f"{what}: exit 3 without the reason: {out!r}"
     else:
         assert rc == 0, f"{what}: exit code {rc}: {err[-300:]!r}"
         bad = NONFINITE.search(out)
@@ -196,3 +198,25 @@ def test_fuzz_job_configs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
                 preflight(load_job_config(f), f)
         except OctoPipeError as e:
             assert "\n" not in str(e) and "fix:" in str(e), (what, str(e))
+
+
+def test_fuzz_tune_flags(tmp_path: Path) -> None:
+    rng = random.Random(SEED + 5)
+    flags = {"tune": ["--devices", "--microbatches", "--memory-gib", "--time-budget-s", "--seed"]}
+    for _ in range(20):
+        cmd, extra = flag_case(rng, flags)
+        argv = [cmd, "--profile", "tiny-hybrid", "--devices", "2", "--microbatches", "4",
+                "--time-budget-s", "0.3", "--stop-at-convergence", *extra]  # fmt: skip
+        assert_clean(argv, " ".join(argv))
+
+
+def test_tune_checks_out_before_the_search(tmp_path: Path) -> None:
+    argv = ["tune", "--profile", "tiny-hybrid", "--devices", "2", "--microbatches", "4",
+            "--time-budget-s", "30"]  # fmt: skip
+    for out in ("/proc/x.json", str(tmp_path)):
+        rc, _, err = run_cli([*argv, "--out", out])
+        assert rc == 2 and "fix:" in err and "[tune]" not in err  # refused before any search
+    existing = tmp_path / "mine.json"
+    existing.write_text("{}")
+    rc, _, err = run_cli([*argv, "--out", str(existing)])
+    assert rc == 2 and "--force" in err and existing.read_text() == "{}"

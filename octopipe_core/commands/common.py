@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +105,22 @@ def check_writable(path: str | Path, force: bool = False) -> Path:
     parent = p.absolute().parent
     while not parent.exists():
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or not _can_create(parent):
         raise OctoPipeError(
             f"{p}: cannot write there ({parent} is not a writable folder); "
             "fix: choose another --out"
         )
     return p
+
+
+def _can_create(folder: Path) -> bool:
+    """Really create (and remove) a file in ``folder``: permissions alone do not tell (root,
+    read-only mounts, /proc)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".octopipe-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 def write_text(path: Path, text: str) -> None:

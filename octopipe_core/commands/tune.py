@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from octopipe_core.commands.argtypes import DEVICES, MEMORY_GIB, MICROBATCHES, SEED, TIME_BUDGET_S
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
-from octopipe_core.commands.common import add_profile_arg, print_json, resolve_profile, table
+from octopipe_core.commands.common import (
+    add_out_args,
+    add_profile_arg,
+    check_writable,
+    print_json,
+    resolve_profile,
+    table,
+)  # fmt: skip
 from octopipe_core.dp_order import order_w_for_dp
+from octopipe_core.limits import check_size
 from octopipe_core.plan import save_plan
 from octopipe_core.tuner import TuneProgress, TuneResult, tune
 
@@ -22,21 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tune",
         help="search partition, placement and schedule together",
-        description="Tune a pipeline plan with the bubble-aware iterative tuner.",
+        description="Tune a pipeline plan with the bubble-aware iterative tuner. Exit code 0: "
+        "the plan fits the memory cap; 3: no plan found fits it (the report says by how much).",
     )
     add_profile_arg(p)
-    p.add_argument("--devices", type=int, required=True, metavar="D")
-    p.add_argument("--microbatches", type=int, required=True, metavar="M")
+    p.add_argument("--devices", type=DEVICES, required=True, metavar="D")
+    p.add_argument("--microbatches", type=MICROBATCHES, required=True, metavar="M")
     p.add_argument(
         "--memory-gib",
-        type=float,
+        type=MEMORY_GIB,
         default=None,
         metavar="X",
         help="memory cap per device in GiB (default: the profile's device memory)",
     )
     p.add_argument(
         "--time-budget-s",
-        type=float,
+        type=TIME_BUDGET_S,
         default=30.0,
         metavar="S",
         help="search for this long (the tuner keeps restarting from new layouts and stops "
@@ -48,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="stop as soon as the climbs from the peers and layout families converge "
         "(faster, may leave a few percent)",
     )
-    p.add_argument("--seed", type=int, default=0, metavar="N")
-    p.add_argument("--out", default=None, metavar="PLAN.json", help="save the tuned plan here")
+    p.add_argument("--seed", type=SEED, default=0, metavar="N")
+    add_out_args(p, "PLAN.json", "save the tuned plan here (checked before the search)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_cluster_args(p)
     p.set_defaults(func=run)
@@ -86,6 +95,8 @@ class LiveLines:
 
 
 def run(args: argparse.Namespace) -> int:
+    out_path = check_writable(args.out, args.force) if args.out else None  # before the search
+    check_size(2 * args.devices, args.microbatches, "tune")  # V layouts: 2 stages per device
     prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
     res = tune(
         prof,
@@ -108,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
             )
             res.plan, res.result = pol.plan, pol.result
     out = None
-    if args.out:
-        save_plan(res.plan, args.out, prof)
-        out = str(Path(args.out))
+    if out_path is not None:
+        save_plan(res.plan, out_path, prof)
+        out = str(out_path)
     if args.json:
         d = res.to_dict()
         baselines = {
