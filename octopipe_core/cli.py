@@ -57,6 +57,8 @@ def _dispatch(argv: list[str] | None) -> int:
     except OctoPipeError as e:
         print(f"octopipe: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # handled in main(): the reader went away
     except OSError as e:  # a file vanished or a disk filled up mid-command
         print(f"octopipe: error: {e.filename or ''}: {e.strerror or e}; fix: check the path "
               "and free space", file=sys.stderr)  # fmt: skip
