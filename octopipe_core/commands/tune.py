@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from octopipe_core.commands.argtypes import DEVICES, MEMORY_GIB, MICROBATCHES, SEED, TIME_BUDGET_S
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
@@ -151,7 +152,7 @@ def summary(res: TuneResult, name: str, out: str | None) -> str:
     """A readable summary of a tuning run."""
     d = res.to_dict()
     bp = res.best_peer()
-    rows = [
+    rows: list[list[Any]] = [
         ["step_time_ms", res.step_time_ms],
         ["lower_bound_ms (compute / devices)", res.lower_bound_ms],
         [

@@ -112,7 +112,7 @@ class Evaluator:
         self.fwd_ms = [lt.forward_ms for lt in layers]
         self.hop_ms = [profile.device.transfer_ms(lt.output_mib) for lt in layers]
         self.evaluations = 0
-        self._costs: dict[tuple[tuple[int, int], ...], StageCosts] = {}
+        self._costs: dict[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], StageCosts] = {}
         self._ls_cache: dict[tuple[Any, ...], float] = {}
         self._pruned: dict[tuple[Any, ...], float] = {}
         hops = sorted(self.hop_ms[:-1]) or [0.0]

@@ -73,11 +73,11 @@ def partition_proposals(ev: Evaluator, inc: Candidate, limit: int = 8) -> list[P
     last = max(range(D), key=lambda d: ends[d])
     for s in (s for s in range(len(part)) if place[s] == last):
         for t in (s - 1, s + 1):
-            new = chain_moves(part, s, t) if 0 <= t < len(part) else None
-            if new is not None and tuple(new) not in seen:
-                seen.add(tuple(new))
+            moved = chain_moves(part, s, t) if 0 <= t < len(part) else None
+            if moved is not None and tuple(moved) not in seen:
+                seen.add(tuple(moved))
                 desc = f"migrate layer s{s}->s{t} (d{last}, last to finish)"
-                out.append(proposal("partition", desc, _bind(ev, inc, new)))
+                out.append(proposal("partition", desc, _bind(ev, inc, moved)))
     return out
 
 

@@ -196,7 +196,7 @@ def _finish(
     }
     r = inc.result
     r.plan = plan
-    shortfall = None
+    shortfall: dict[str, Any] | None = None
     if not inc.fits:
         d = max(range(ev.devices), key=lambda d: r.peak_memory_gib[d])
         shortfall = {
