@@ -17,7 +17,8 @@ Sections:
    shorter budgets (a longer budget must help or hold);
 4. seed spread: the same cells tuned with seeds 0, 1, 2;
 5. search efficiency against random searches from the same start (``tuner_sections.py``);
-6. the exhaustive optimum on tiny crafted instances.
+6. the exhaustive optimum on tiny crafted instances;
+7. the time of one exact fill-aware partition (``fill_partition.py``) at 120 layers.
 
 Budgets per cell grow with p x m (``budget_for``); progress lines go to stderr.
 """
@@ -41,7 +42,7 @@ from octopipe_core.tuner import TuneProgress, tune
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "benchmarks-tuner.md"
 SAMPLES = (*PROFILES, "tiny-hybrid")
-SECTIONS = ("grid", "curves", "seeds", "search", "exact")
+SECTIONS = ("grid", "curves", "seeds", "search", "exact", "fill")
 FULL_CMD = "python benchmarks/bench_tuner.py"
 UNCAPPED_GIB = 1e6
 CURVE_CELLS = [("nemotron-h-8b", 8, 32), ("jamba-v0.1", 16, 64), ("llama-3-8b", 32, 128),
@@ -224,6 +225,28 @@ def seeds(scale: float) -> list[str]:
     return out
 
 
+# ---- 7. fill-aware partition time ---------------------------------------------------------
+def fill_times() -> list[str]:
+    from octopipe_core.tuner.evaluate import Evaluator
+    from octopipe_core.tuner.layouts import family_placement
+
+    prof = load_sample("nemotron-h-56b")
+    out = ["| p | m | layout (stages) | objective ms | checks | seconds |", "|" + "---|" * 6]
+    for p, m in ((16, 64), (32, 128), (32, 256), (64, 128), (64, 512)):
+        for fam in ("seq", "v", "fold8", "fold24", "fold56"):
+            r = int(fam[4:]) if fam.startswith("fold") else 0
+            place = family_placement(fam, p) if r <= p else []
+            if not place or len(place) > prof.num_layers:
+                continue
+            ev = Evaluator(prof, p, m, 80.0)  # a fresh cache: every solve is timed
+            t0 = time.perf_counter()
+            res = ev.fill_partition(place)
+            took = time.perf_counter() - t0
+            out.append(f"| {p} | {m} | {fam} ({len(place)}) | {fmt_ms(res.objective_ms)} | "
+                       f"{res.checks} | {took:.2f} |")  # fmt: skip
+    return out
+
+
 # ---- document -----------------------------------------------------------------------------
 def block(name: str, lines: list[str]) -> list[str]:
     """``lines`` between the markers that ``--only`` uses to replace a section in place."""
@@ -267,9 +290,13 @@ def section(name: str, quick: bool, scale: float) -> list[str]:
         budgets = [0.25, 0.5, 2.0] if quick else [0.25, 0.5, 1.0, 2.0, 6.0]
         body = ["## 5. Search efficiency: tuner vs random search (same start, same simulator)",
                 "", *search_efficiency(budgets)]  # fmt: skip
-    else:
+    elif name == "exact":
         body = ["## 6. Tuner vs exhaustive optimum (crafted `hybrid-n` profiles)", "",
                 *exact_comparison()]  # fmt: skip
+    else:
+        body = ["## 7. Exact fill-aware partition time (nemotron-h-56b, 120 layers)", "",
+                "Bisection on the step time, one DP test per check; exact for these nested "
+                "layouts.", "", *fill_times()]  # fmt: skip
     took = (time.perf_counter() - t0) / 60
     return [*body, "", f"_{took:.1f} min; 1-minute load average {load0} at the start, "
             f"{_load()} at the end ({_cpus()} CPU(s) shared with other jobs)._"]  # fmt: skip

@@ -257,7 +257,8 @@ class _Nested:
         self.jmax: dict[int, np.ndarray] = {}  # id(single block) -> jmax
         self.mats: dict[int, np.ndarray] = {}  # id(pair block) -> its matrix
         self.suffix: dict[int, np.ndarray] = {}  # id(block) -> product from it to the end
-        self.prv: dict[int, np.ndarray] = {}
+        self.prv: dict[int, tuple[int, int, np.ndarray]] = {}
+        self.allowed: dict[int, np.ndarray | None] = {}
         self.counts: dict[int, tuple[tuple[int, float], tuple[int, float]]] = {}
         self._count(blocks, placement)
 
@@ -342,22 +343,63 @@ class _Nested:
         jhi = np.searchsorted(base, base + u_in + tol, side="right") - 1
         return np.maximum(jlo, self.idx + 2), np.minimum(jhi, self.N - 1)
 
+    def _inner_rows(self, bl: _Pair, rows: np.ndarray) -> np.ndarray:
+        """Start layers the inner block of ``bl`` can get from the allowed ``rows``."""
+        m = self.model.microbatches
+        cw, _ = self._caps(bl.first)
+        reach = np.where(cw < 0, self.idx, self._reach(self.pre_w, cw / m))
+        diff = np.zeros(self.N + 1, dtype=np.int64)
+        src = np.nonzero(rows & (reach > self.idx))[0]
+        np.add.at(diff, src + 1, 1)
+        np.add.at(diff, reach[src] + 1, -1)
+        return np.cumsum(diff[:-1]) > 0
+
+    def _allow(self, blocks: list[Any], rows: np.ndarray | None) -> None:
+        """Top-down: the start layers each two-stage block can be handed (None: any)."""
+        for k, bl in enumerate(blocks):
+            here = rows if k == 0 else None
+            if isinstance(bl, _Pair):
+                self.allowed[id(bl)] = here
+                self._allow(bl.inner, None if here is None else self._inner_rows(bl, here))
+
     def pair(self, bl: _Pair) -> np.ndarray:
         m = self.model.microbatches
         N, idx = self.N, self.idx
         inner = self.seq(bl.inner)
+        h, Tt = self.model.hop_ms, self.T * (1 + _REL)
+        cw, cfb = self._caps(bl.first)
+        drain1 = self.Q + bl.first * h
+        # band of i' per i: the left stage [i, i') must fit the time left on its own
+        reach = self._reach(self.pre_w, cw / m)
+        reach = np.where(cw < 0, idx, reach)
+        jlo, jhi = self._window(bl)
+        out = np.zeros((N, N), dtype=bool)
+        ok_rows = (reach > idx) & (jhi >= jlo)
+        allowed = self.allowed.get(id(bl))
+        if allowed is not None:
+            ok_rows &= allowed
+        rows = np.nonzero(ok_rows)[0]
+        if len(rows) == 0:
+            self.prv[id(bl)] = (0, 0, np.full((1, 1), -1, dtype=np.int64))
+            return out
+        width = int((reach[rows] - rows).max())
+        span = int((jhi[rows] - jlo[rows]).max()) + 1
+        # the sub-block of (i', j) the candidates can touch
+        a0, a1 = int(rows.min()) + 1, min(N - 1, int(rows.max()) + width)
+        b0, b1 = int(jlo[rows].min()), int(jhi[rows].max())
         # prv[i', j] = the largest j' < j with inner[i', j'] (-1 if none)
-        lab = np.where(inner, idx[None, :], -1)
+        lab = np.where(inner[a0 : a1 + 1], idx[None, :], -1)
         cm = np.maximum.accumulate(lab, axis=1)
-        prv = np.full((N, N), -1, dtype=np.int64)
-        prv[:, 1:] = cm[:, :-1]
-        self.prv[id(bl)] = prv
+        prv = np.full((a1 - a0 + 1, b1 - b0 + 1), -1, dtype=np.int64)
+        lo_j = max(b0, 1)
+        prv[:, lo_j - b0 :] = cm[:, lo_j - 1 : b1]
+        self.prv[id(bl)] = (a0, b0, prv)
         has = prv >= 0
         pj = np.where(has, prv, 0)
-        h, Tt = self.model.hop_ms, self.T * (1 + _REL)
+        cols = idx[b0 : b1 + 1][None, :]
         start2 = self.P[pj] + bl.second * h
-        gap_w = np.where(has, self.pre_w[None, :] - self.pre_w[pj], np.inf)
-        gap_fb = np.where(has, self.pre_fb[None, :] - self.pre_fb[pj], np.inf)
+        gap_w = np.where(has, self.pre_w[cols] - self.pre_w[pj], np.inf)
+        gap_fb = np.where(has, self.pre_fb[cols] - self.pre_fb[pj], np.inf)
         # the second stage's own drain term; then the terms counted from its start: its
         # work and all the device's B and W, or its F and B and all the device's B (the
         # largest j' is still the best: m x work falls faster than the start grows)
@@ -366,29 +408,17 @@ class _Nested:
         gap4 = np.where(has & alone, start2 + m * gap_fb, np.inf)
         gap_w = np.where(alone, gap_w, np.inf)
         gap_fb = np.where(alone, gap_fb, np.inf)
-        cw, cfb = self._caps(bl.first)
-        drain1 = self.Q + bl.first * h
-        # band of i' per i: the left stage [i, i') must fit the time left on its own
-        reach = self._reach(self.pre_w, cw / m)
-        reach = np.where(cw < 0, idx, reach)
-        jlo, jhi = self._window(bl)
-        out = np.zeros((N, N), dtype=bool)
-        rows = np.nonzero((reach > idx) & (jhi >= jlo))[0]
-        if len(rows) == 0:
-            return out
-        width = int((reach[rows] - rows).max())
-        span = int((jhi[rows] - jlo[rows]).max()) + 1
         ip = rows[:, None] + 1 + np.arange(width)[None, :]  # (R, B) candidate i'
         valid = ip <= reach[rows][:, None]
-        ipc = np.minimum(ip, N - 1)
+        ipc = np.minimum(ip, a1)
         jj = jlo[rows][:, None] + np.arange(span)[None, :]  # (R, W) candidate j
         jvalid = jj <= jhi[rows][:, None]
-        jjc = np.minimum(jj, N - 1)
+        jjc = np.minimum(jj, b1)
 
         def left(pre: np.ndarray) -> np.ndarray:
             return np.where(valid, m * (pre[ipc] - pre[rows][:, None]), np.inf)[:, :, None]
 
-        g_i, g_j = ipc[:, :, None], jjc[:, None, :]
+        g_i, g_j = (ipc - a0)[:, :, None], (jjc - b0)[:, None, :]
         ok = (left(self.pre_w) + m * gap_w[g_i, g_j] <= cw[rows][:, None, None]) & (
             left(self.pre_fb) + m * gap_fb[g_i, g_j] <= cfb[rows][:, None, None]
         )
@@ -398,7 +428,7 @@ class _Nested:
             cap = (self.model.cap_mib or 0.0) * (1 + 1e-9)
             c1, c2 = self._mem_prefix(bl.first), self._mem_prefix(bl.second)
             lm = np.where(valid, c1[ipc] - c1[rows][:, None], np.inf)
-            gm = np.where(has, c2[None, :] - c2[pj], np.inf)
+            gm = np.where(has, c2[cols] - c2[pj], np.inf)
             ok &= lm[:, :, None] + gm[g_i, g_j] <= cap
         hit = ok.any(axis=1) & jvalid
         r_idx = np.broadcast_to(rows[:, None], hit.shape)
@@ -407,8 +437,11 @@ class _Nested:
 
     def feasible(self, blocks: list[Any], T: float) -> bool:
         self.T = T
-        for d in (self.jmax, self.mats, self.suffix, self.prv):
+        for d in (self.jmax, self.mats, self.suffix, self.prv, self.allowed):
             d.clear()
+        start = np.zeros(self.N, dtype=bool)
+        start[0] = True
+        self._allow(blocks, start)
         top = self.seq(blocks)
         return bool(top[0, self.N - 1])
 
@@ -433,14 +466,20 @@ class _Nested:
             out[bl.stage] = (i, j)
             return
         m = self.model.microbatches
-        prv = self.prv[id(bl)]
+        a0, b0, sub = self.prv[id(bl)]
+
+        def prv_at(ip: int) -> int:
+            r, c = ip - a0, j - b0
+            ok = 0 <= r < sub.shape[0] and 0 <= c < sub.shape[1]
+            return int(sub[r, c]) if ok else -1
+
         cw, cfb = self._caps(bl.first)
         _cw2, cfb2 = self._caps(bl.second)
         pw, pfb = self.pre_w, self.pre_fb
         cap = (self.model.cap_mib or 0.0) * (1 + 1e-9)
         P, Q, h, Tt = self.P, self.Q, self.model.hop_ms, self.T * (1 + _REL)
         for ip in range(i + 1, j):
-            jp = int(prv[ip, j])
+            jp = prv_at(ip)
             if jp < ip:
                 continue
             start2 = P[jp] + bl.second * h

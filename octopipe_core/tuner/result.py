@@ -208,7 +208,7 @@ def _finish(
     balance = balance_bound(ev, plan)
     unc = None
     if r.step_time_ms > r.lower_bound_ms * 1.05:  # explain_gap only explains such plans
-        costs = ev.costs(plan.partition)
+        costs = ev.costs(plan.partition, plan.recompute)
         lr = list_schedule(costs, plan.placement, ev.devices, ev.microbatches, None, POLICIES[0])
         unc = None if lr is None else lr.makespan_ms
     if bounds is None:
@@ -216,7 +216,7 @@ def _finish(
     gran = bounds.granularity_ms
     why = explain_gap(r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc)
     if shortfall:
-        why = shortfall["message"] + ("; " + why if why else "")
+        why = str(shortfall["message"]) + ("; " + why if why else "")
     return TuneResult(
         plan=plan,
         result=r,
