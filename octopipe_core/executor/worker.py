@@ -97,8 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         n = len(res["losses"])
         last = f"; last loss {res['losses'][-1]:.6g}" if n else ""
         print(f"octopipe worker: {n} step(s) from step {res['start_step']}{last}", flush=True)
-    dist.destroy_process_group()
-    return 0
+    # Leave together, then skip the interpreter's teardown: a gloo thread destroyed at exit
+    # while still joinable aborts the process ("terminate called without an active
+    # exception") after a step that succeeded.
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
