@@ -440,3 +440,40 @@ def test_heavy_settings_are_refused_in_the_page_not_frozen(page: str) -> None:
     assert time.monotonic() - t0 < 30
     msgs = [m.value for m in (*at.error, *at.warning) if "590,000 ops" in m.value]
     assert msgs and all("\n" not in m and "fix:" in m for m in msgs), page
+
+
+def _long_profile(n: int) -> bytes:
+    d = load_sample("tiny-hybrid").to_dict()
+    d.pop("source", None)
+    types = list(d["layer_types"])
+    d["layers"] = [types[i % len(types)] for i in range(n)]
+    d["name"] = f"long-{n}"
+    return json.dumps(d).encode()
+
+
+def test_long_profiles_are_refused_by_plan_pages_not_frozen() -> None:
+    at = start("profile")
+    at.file_uploader(key="upload_0").set_value(("long.json", _long_profile(5000), "x")).run()
+    ok(at)
+    assert not at.error and at.session_state["profile"].num_layers == 5000
+    layer_chart = spec(at, "layer_chart")
+    assert layer_chart["layout"]["meta"]["layers_per_bar"] == 4  # 1,250 bars, not 15,000
+    for page in ("plan", "overview", "compare", "tune", "export", "cluster"):
+        t0 = time.monotonic()
+        go(at, page)
+        assert time.monotonic() - t0 < 10, page
+        msgs = [m.value for m in (*at.error, *at.warning) if "5,000 layers is over" in m.value]
+        assert msgs and all("\n" not in m and "fix:" in m for m in msgs), page
+
+
+def test_no_tuning_for_profiles_the_tuner_cannot_keep_its_budget_on() -> None:
+    at = start("profile")
+    at.file_uploader(key="upload_0").set_value(("long.json", _long_profile(300), "x")).run()
+    ok(at)
+    t0 = time.monotonic()
+    go(at, "overview")
+    assert time.monotonic() - t0 < 30
+    assert at.subheader[0].value.startswith("best peer:")  # no quick tune at 300 layers
+    go(at, "tune")
+    assert at.button(key="tune_go").disabled
+    assert any("300 layers is over the 200" in e for e in errors(at))

@@ -7,6 +7,13 @@ refuses, up front and with the figure that is too large, settings whose plans wo
 command line accepts). The worst plan a page builds at given settings has
 ``devices x max(2, chunks)`` stages (interleaved, or a V shape's two per device).
 
+The layer count is capped too, lower than a profile file may hold (20,000): a balanced
+partition costs time that grows faster than the square of the layer count (0.7 s for 1,000
+layers on 8 devices, and every page builds up to seven of them), so plan pages take profiles
+of up to :data:`MAX_LAYERS` layers; and the tuner overruns a short budget on long models
+(3.9 s for a 3 s budget at 120 layers, 13 s at 200, 40 s at 300), so the Tune page and the
+Overview's quick tune take up to :data:`MAX_TUNE_LAYERS`.
+
 >>> from app.components.analysis import Settings
 >>> check_settings(Settings(devices=8, microbatches=32))
 >>> try:
@@ -23,7 +30,39 @@ from octopipe_core.errors import OctoPipeError
 from octopipe_core.limits import MAX_DASHBOARD_OPS, MAX_SIMULATE_OPS, check_size
 from octopipe_core.plan import Plan
 
-__all__ = ["MAX_DASHBOARD_OPS", "OctoPipeError", "check_plan", "check_settings", "max_stages"]
+__all__ = [
+    "MAX_DASHBOARD_OPS",
+    "MAX_LAYERS",
+    "MAX_TUNE_LAYERS",
+    "OctoPipeError",
+    "check_layers",
+    "check_plan",
+    "check_settings",
+    "max_stages",
+]
+
+
+MAX_LAYERS = 1_000
+MAX_TUNE_LAYERS = 200
+
+
+def check_layers(num_layers: int, what: str = "plan pages", limit: int = MAX_LAYERS) -> None:
+    """Refuse a profile longer than the dashboard's ``limit`` layers for ``what``.
+
+    >>> check_layers(54)
+    >>> try:
+    ...     check_layers(19_999)
+    ... except OctoPipeError as e:
+    ...     print(str(e)[:72])
+    profile: 19,999 layers is over the 1,000 the dashboard's plan pages take
+    """
+    if num_layers > limit:
+        raise OctoPipeError(
+            f"profile: {num_layers:,} layers is over the {limit:,} the dashboard's {what} take "
+            "(balanced partitions and the tuner grow faster than the square of the layer "
+            "count); fix: the command line (octopipe simulate/tune) takes up to 20,000, or "
+            "merge repeated layers into blocks"
+        )
 
 
 def max_stages(s: Settings) -> int:
@@ -40,8 +79,11 @@ def _fix(stages: int, devices: int) -> str:
     )
 
 
-def check_settings(s: Settings) -> None:
-    """Refuse settings whose largest plan is over the dashboard's work cap."""
+def check_settings(s: Settings, num_layers: int | None = None) -> None:
+    """Refuse settings whose largest plan is over the dashboard's work cap (and, given
+    ``num_layers``, a profile over :data:`MAX_LAYERS`)."""
+    if num_layers is not None:
+        check_layers(num_layers)
     stages = max_stages(s)
     check_size(
         stages,

@@ -246,9 +246,8 @@ def share_caption(page: str, query: str) -> None:
         st.caption(f"Share this view: `/{page}?{query}`")
     elif how:
         st.caption(
-            f"Share this view: the link carries your plan (`plan=`, {len(query):,} characters "
-            "of query); copy the address bar, or "
-            f"`/{page}?{query[:80]}…`"
+            "Share this view: copy the address bar; besides the settings it carries your plan "
+            f"(`plan=`, {len(query):,} characters of query in all)."
         )
     else:
         st.caption(

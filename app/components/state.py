@@ -189,7 +189,7 @@ def show_warnings() -> None:
 def work_error() -> str | None:
     """Why the sidebar's settings are over the dashboard's work cap (None: they are not)."""
     try:
-        guard.check_settings(settings())
+        guard.check_settings(settings(), base_profile().num_layers)
     except OctoPipeError as e:
         return str(e)
     return None
@@ -364,7 +364,7 @@ def _plan_is_edit() -> bool:
 # Cached computations (keyed on plain data: frozen profile, JSON plan, numbers)
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def _cached_peer(profile: Profile, s: Settings) -> str:
-    guard.check_settings(s)
+    guard.check_settings(s, profile.num_layers)
     return analysis.plan_json(analysis.peer_plan(profile, s))
 
 
@@ -457,7 +457,9 @@ def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: flo
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_baselines(profile: Profile, devices: int, mbs: int, chunks: int, cap: float) -> dict:
-    guard.check_settings(Settings(devices=devices, microbatches=mbs, chunks=chunks))
+    guard.check_settings(
+        Settings(devices=devices, microbatches=mbs, chunks=chunks), profile.num_layers
+    )
     return baselines(profile, devices, mbs, chunks, cap)
 
 
@@ -598,6 +600,8 @@ def auto_tuned_js() -> str | None:
     s = settings()
     if s.devices * s.microbatches > AUTO_TUNE_MAX_SIZE:
         return None
+    if base_profile().num_layers > guard.MAX_TUNE_LAYERS:
+        return None
     return cached_auto_tune(profile(), s.devices, s.microbatches, memory_cap())
 
 
@@ -618,7 +622,7 @@ def challenger() -> tuple[str, str] | None:
 
 def plan_choices() -> dict[str, str]:
     """Every plan the Compare and Export pages offer, name -> JSON (those that build)."""
-    guard.check_settings(settings())
+    guard.check_settings(settings(), base_profile().num_layers)
     out: dict[str, str] = {}
     tuned = tuned_plan_js()
     if tuned:

@@ -32,6 +32,17 @@ def load_tuner() -> tuple[Callable[..., Any] | None, str]:
     return tune, ""
 
 
+def too_long_to_tune(num_layers: int) -> str | None:
+    """Why the dashboard does not tune a profile this long (None: it does)."""
+    from app.components import guard
+
+    try:
+        guard.check_layers(num_layers, "Tune page", guard.MAX_TUNE_LAYERS)
+    except guard.OctoPipeError as e:
+        return str(e)
+    return None
+
+
 def from_report(report: Any, budget_s: float) -> Progress:
     """One ``TuneProgress`` as a :class:`Progress` (the fraction is of the time budget)."""
     frac = None if budget_s <= 0 else max(0.0, min(1.0, report.elapsed_s / budget_s))

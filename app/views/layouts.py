@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.components import cluster_data, cluster_layouts, cluster_state, state
+from app.components import cluster_data, cluster_layouts, cluster_state, guard, state
 
 st.title("Layouts")
 state.show_warnings()
@@ -18,6 +18,11 @@ if c is None:
     )
     st.stop()
 st.caption(f"**{c.name}**: {cluster_data.describe(c)}. Profile: {state.base_profile().name}.")
+try:
+    guard.check_layers(state.base_profile().num_layers, "Layouts page")
+except guard.OctoPipeError as e:
+    st.error(str(e))
+    st.stop()
 view = st.segmented_control(
     "view", ["Rank layouts", "Scaling"], default="Rank layouts", key="layouts_view"
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.components import analysis, panels, state
+from app.components import analysis, guard, panels, state
 from octopipe_core.errors import OctoPipeError
 
 st.title("OctoPipe")
@@ -56,7 +56,8 @@ if other is not None:
         f"{prof.name}, {s.devices} devices, {s.microbatches} micro-batches, memory cap "
         f"{s.memory_gib:g} GiB. The challenger is your plan from the Tune page if you ran one, "
         f"else OctoPipe's tuner run for {state.AUTO_TUNE_BUDGET_S:g} s (workloads up to "
-        f"{state.AUTO_TUNE_MAX_SIZE:,} devices × micro-batches), else the fastest peer schedule "
+        f"{state.AUTO_TUNE_MAX_SIZE:,} devices × micro-batches and {guard.MAX_TUNE_LAYERS} "
+        "layers), else the fastest peer schedule "
         "that fits the memory cap. Deltas below are against the reference."
     )
     panels.metric_row(m_c, m_ref)

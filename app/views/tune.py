@@ -29,10 +29,15 @@ if tune_fn is None:
         "Overview then show the best peer schedule instead of a tuned plan."
     )
 
+too_long = tuning.too_long_to_tune(prof.num_layers)
+if too_long:
+    st.error(too_long)
 c1, c2, c3 = st.columns([2, 1, 1])
 budget = c1.slider("time budget (s)", 1, 120, 10, key="tune_budget")
 seed = c2.number_input("seed", 0, 10_000, 0, key="tune_seed")
-go = c3.button("Run tuner", type="primary", disabled=tune_fn is None, key="tune_go")
+go = c3.button(
+    "Run tuner", type="primary", disabled=tune_fn is None or bool(too_long), key="tune_go"
+)
 
 if go and tune_fn is not None:
     stop_slot = st.empty()
