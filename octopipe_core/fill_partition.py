@@ -506,6 +506,11 @@ class _Nested:
         raise AssertionError("fill partition: no split found although the test passed")
 
 
+# Above this many layers the exact search's (layers x layers) matrices cost more time and
+# memory than a tuning budget allows (1,000 layers: minutes and GiBs); the descent is used.
+EXACT_MAX_LAYERS = 320
+
+
 def solve_fill(
     model: FillModel, placement: list[int], start: Partition | None = None, rel_tol: float = 1e-7
 ) -> FillResult:
@@ -522,7 +527,7 @@ def solve_fill(
     if n < S:
         return FillResult(None, None, True)
     blocks = nested_blocks(placement)
-    if blocks is None:
+    if blocks is None or n > EXACT_MAX_LAYERS:  # the exact search's matrices grow as n^2..n^3
         return _descent(model, placement, start)
     nest = _Nested(model, placement, blocks)
     D = max(placement) + 1

@@ -63,3 +63,19 @@ def check_size(
             f"{what}: {num_stages:,} stages x {num_microbatches:,} micro-batches is {ops:,} ops "
             f"per simulation, over the limit of {limit:,} here; fix: {fix}"
         )
+
+
+MAX_TUNE_LAYERS = 2_000  # above, one pass over the layouts alone outlasts a tuning budget
+
+
+def check_tune_layers(num_layers: int) -> None:
+    """Refuse to tune a profile with more layers than the tuner can search in its budget.
+
+    >>> check_tune_layers(120)
+    """
+    if num_layers > MAX_TUNE_LAYERS:
+        raise OctoPipeError(
+            f"tune: the profile has {num_layers:,} layers, over the {MAX_TUNE_LAYERS:,} the "
+            "tuner can search within its budget; fix: group consecutive layers into blocks "
+            "(a stage needs a few layers, not single ops), or use `simulate` with a peer"
+        )

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import accumulate
 
 from octopipe_core.errors import OctoPipeError
@@ -59,22 +60,52 @@ def _min_stages(prefix: list[float], cap: float) -> int:
 def balanced_partition(weights: list[float], num_stages: int) -> list[tuple[int, int]]:
     """Contiguous split of ``weights`` into ``num_stages`` non-empty stages minimising the max.
 
-    Exact: binary search over the candidate maxima (all contiguous sums), then a DP that, among
-    splits meeting that max, minimises the sum of squared stage loads (the most even one).
+    Exact: the smallest feasible maximum (a contiguous sum) is found by binary search, then a
+    DP that, among splits meeting that max, minimises the sum of squared stage loads (the most
+    even one). Results are cached: the tuner asks for the same split many times.
     """
+    _check(len(weights), num_stages)
+    return list(_balanced(tuple(float(w) for w in weights), num_stages))
+
+
+@lru_cache(maxsize=256)
+def _balanced(weights: tuple[float, ...], num_stages: int) -> tuple[tuple[int, int], ...]:
     n = len(weights)
-    _check(n, num_stages)
     prefix = [0.0, *accumulate(weights)]
-    cands = sorted({prefix[j] - prefix[i] for i in range(n) for j in range(i + 1, n + 1)})
-    lo, hi = 0, len(cands) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _min_stages(prefix, cands[mid]) <= num_stages:
-            hi = mid
-        else:
-            lo = mid + 1
-    cap = cands[lo]
-    return _even_split(prefix, num_stages, cap)
+    if n <= 200:  # every contiguous sum is a candidate maximum: exact by construction
+        cands = sorted({prefix[j] - prefix[i] for i in range(n) for j in range(i + 1, n + 1)})
+        lo, hi = 0, len(cands) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _min_stages(prefix, cands[mid]) <= num_stages:
+                hi = mid
+            else:
+                lo = mid + 1
+        cap = cands[lo]
+    else:  # bisection on the value, then snap to the greedy split's own (achieved) maximum
+        lo_v, hi_v = max(weights), prefix[-1]
+        for _ in range(100):
+            if hi_v - lo_v <= 1e-12 * max(1.0, hi_v):
+                break
+            mid_v = 0.5 * (lo_v + hi_v)
+            if _min_stages(prefix, mid_v) <= num_stages:
+                hi_v = mid_v
+            else:
+                lo_v = mid_v
+        cap = _greedy_max(prefix, hi_v)
+    return tuple(_even_split(prefix, num_stages, cap))
+
+
+def _greedy_max(prefix: list[float], cap: float) -> float:
+    """The largest stage sum of the greedy split under ``cap`` (a contiguous sum <= cap)."""
+    n, lo, best = len(prefix) - 1, 0, 0.0
+    while lo < n:
+        hi = lo
+        while hi < n and prefix[hi + 1] - prefix[lo] <= cap + 1e-12:
+            hi += 1
+        best = max(best, prefix[hi] - prefix[lo])
+        lo = hi
+    return best
 
 
 def _even_split(prefix: list[float], k: int, cap: float) -> list[tuple[int, int]]:

@@ -220,3 +220,21 @@ def test_tune_checks_out_before_the_search(tmp_path: Path) -> None:
     existing.write_text("{}")
     rc, _, err = run_cli([*argv, "--out", str(existing)])
     assert rc == 2 and "--force" in err and existing.read_text() == "{}"
+
+
+def test_long_profiles_are_refused_or_bounded(tmp_path: Path) -> None:
+    """Too many layers for the tuner: refused up front; 1,000 layers: the budget holds (the
+    30 s alarm is the hang bound, far above the 2 s budget)."""
+    doc = example_profile_dict()
+    for n, refused in ((25_000, "layers"), (5_000, "tuner can search")):
+        doc["layers"] = ["embedding"] + ["mamba2"] * (n - 2) + ["lm_head"]
+        f = tmp_path / f"long{n}.json"
+        f.write_text(json.dumps(doc))
+        rc, _, err = run_cli(["tune", "--profile", str(f), "--devices", "8", "--microbatches",
+                              "16", "--time-budget-s", "2"])  # fmt: skip
+        assert rc == 2 and refused in err, err
+    doc["layers"] = ["embedding"] + ["mamba2"] * 998 + ["lm_head"]
+    f = tmp_path / "long1000.json"
+    f.write_text(json.dumps(doc))
+    assert_clean(["tune", "--profile", str(f), "--devices", "16", "--microbatches", "32",
+                  "--time-budget-s", "2"], "1,000-layer tune")  # fmt: skip

@@ -22,7 +22,7 @@ from octopipe_core.commands.common import (
     table,
 )  # fmt: skip
 from octopipe_core.dp_order import order_w_for_dp
-from octopipe_core.limits import check_size
+from octopipe_core.limits import check_size, check_tune_layers
 from octopipe_core.plan import save_plan
 from octopipe_core.tuner import TuneProgress, TuneResult, tune
 
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     out_path = check_writable(args.out, args.force) if args.out else None  # before the search
     check_size(2 * args.devices, args.microbatches, "tune")  # V layouts: 2 stages per device
     prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
+    check_tune_layers(prof.num_layers)
     res = tune(
         prof,
         args.devices,
