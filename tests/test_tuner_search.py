@@ -111,9 +111,15 @@ def test_progress_callback_can_stop_the_search_and_carries_the_plan():
 def test_tuner_beats_or_matches_random_search_with_same_budget():
     prof = load_sample("jamba-v0.1")
     t = tune(prof, 4, 8, time_budget_s=4, restarts=1)
-    rs = random_search(prof, 4, 8, time_budget_s=4, seed=0)
-    assert rs.fits_memory
-    assert t.step_time_ms <= rs.step_time_ms + 1e-6
+    # the same budget counted in plan evaluations, not seconds, so that machine load cannot
+    # decide the comparison; the median of three seeds
+    runs = [
+        random_search(prof, 4, 8, time_budget_s=300, seed=s, max_evaluations=t.evaluations)
+        for s in range(3)
+    ]
+    assert all(r.fits_memory for r in runs)
+    median = sorted(r.step_time_ms for r in runs)[1]
+    assert t.step_time_ms <= median + 1e-6
 
 
 def test_tuner_within_one_percent_of_exact_optimum():
