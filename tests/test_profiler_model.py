@@ -112,10 +112,16 @@ def test_measured_profile_tunes_exports_and_runs(
                  "--time-budget-s", "2", "--out", str(plan)]) == 0  # fmt: skip
     job = tmp_path / "job"
     assert main(["export", str(plan), "--out", str(job), "--model", HYBRID, "--hidden", "16",
-                 "--seq", "8", "--vocab", "64", "--dtype", "float64"]) == 0  # fmt: skip
+                 "--seq", "8", "--vocab", "64", "--dtype", "float64",
+                 "--lr", "1e-2"]) == 0  # fmt: skip
     cfg = json.loads((job / "executor_config.json").read_text())
     assert cfg["model"]["factory"] == HYBRID
     capsys.readouterr()
     assert main(["run", str(job), "--check"]) == 0
     text = capsys.readouterr().out
     assert "check: OK" in text and "max_abs_grad_diff" in text
+    # and it trains: 12 AdamW steps on the synthetic (learnable) task lower the loss
+    assert main(["run", str(job), "--steps", "12", "--no-resume"]) == 0
+    log = [json.loads(ln) for ln in (job / "out" / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert len(losses) >= 12 and sum(losses[-3:]) / 3 < losses[0], losses
