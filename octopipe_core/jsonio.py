@@ -10,7 +10,7 @@ Every file OctoPipe reads (profiles, plans, clusters, job configs, uploads) goes
 ...     loads_checked(b'[' * 100 + b']' * 100, "x.json")
 ... except ValueError as e:
 ...     print(e)
-x.json: field '<file>': nested 100 levels deep (limit 32); fix: flatten the JSON
+x.json: field '<file>': nested over 32 levels deep; fix: flatten the JSON
 """
 
 from __future__ import annotations
@@ -26,27 +26,6 @@ MAX_DEPTH = 32  # no OctoPipe file nests deeper than about 6
 MAX_INT_DIGITS = 18  # every integer field fits in 64 bits
 
 
-def _depth(text: str) -> int:
-    depth = best = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in "]}":
-            depth -= 1
-    return best
-
-
 def _parse_int(s: str) -> int:
     if len(s.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"integer with {len(s.lstrip('-'))} digits")
@@ -57,26 +36,44 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard number {name}")
 
 
-def _check_text(obj: Any, src: str) -> None:
-    stack: list[tuple[Any, str]] = [(obj, "<root>")]
+def _check_tree(obj: Any, src: str) -> None:
+    """One iterative walk: nesting depth, unpaired surrogates, numbers that overflowed. A
+    value's field name is only spelled out when it is reported."""
+    stack: list[tuple[Any, Any, int]] = [(obj, (), 0)]
     while stack:
-        o, where = stack.pop()
+        o, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise input_error(
+                src, "<file>", f"nested over {MAX_DEPTH} levels deep", "flatten the JSON"
+            )
         if isinstance(o, str):
             try:
                 o.encode("utf-8")
             except UnicodeEncodeError:
                 raise input_error(
-                    src, where, "text with an unpaired surrogate (\\ud800-\\udfff)",
+                    src, _field(path), "text with an unpaired surrogate (\\ud800-\\udfff)",
                     "write valid Unicode text",
                 ) from None  # fmt: skip
         elif isinstance(o, dict):
             for k, v in o.items():
-                stack.append((k, where))
-                stack.append((v, k if where == "<root>" else f"{where}.{k}"))
+                stack.append((k, path, depth))
+                stack.append((v, (path, k), depth + 1))
         elif isinstance(o, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(o))
+            stack.extend((v, (path, i), depth + 1) for i, v in enumerate(o))
         elif isinstance(o, float) and not math.isfinite(o):
-            raise input_error(src, where, f"got {o}", "write a finite number")
+            raise input_error(src, _field(path), f"got {o}", "write a finite number")
+
+
+def _field(path: Any) -> str:
+    """``(((), "a"), 3)`` -> ``"a[3]"``."""
+    parts: list[Any] = []
+    while path:
+        path, key = path
+        parts.append(key)
+    out = ""
+    for key in reversed(parts):
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out or "<root>"
 
 
 def loads_checked(raw: bytes | str, src: str) -> Any:
@@ -100,13 +97,18 @@ def loads_checked(raw: bytes | str, src: str) -> Any:
             raise input_error(src, "<file>", "not UTF-8 text", "give a UTF-8 JSON file") from None
     else:
         text = raw
-    depth = _depth(text)
-    if depth > MAX_DEPTH:
-        raise input_error(
-            src, "<file>", f"nested {depth} levels deep (limit {MAX_DEPTH})", "flatten the JSON"
-        )
+    overflow: list[str] = []
+
+    def parse_float(t: str) -> float:
+        v = float(t)
+        if not math.isfinite(v):
+            overflow.append(t)
+        return v
+
     try:
-        data = json.loads(text, parse_int=_parse_int, parse_constant=_reject_constant)
+        data = json.loads(
+            text, parse_int=_parse_int, parse_float=parse_float, parse_constant=_reject_constant
+        )
     except json.JSONDecodeError as e:
         raise input_error(
             src, "<file>", f"invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})",
@@ -116,5 +118,27 @@ def loads_checked(raw: bytes | str, src: str) -> Any:
         raise input_error(src, "<file>", str(e), "write plain finite numbers") from None
     except RecursionError:
         raise input_error(src, "<file>", "nested too deeply", "flatten the JSON") from None
-    _check_text(data, src)
+    if _max_depth(data) > MAX_DEPTH or overflow or not _encodes(data):
+        _check_tree(data, src)  # the slow walk names the field
     return data
+
+
+def _encodes(data: Any) -> bool:
+    """No unpaired surrogate anywhere (the C encoder checks every string at once)."""
+    try:
+        json.dumps(data, ensure_ascii=False, check_circular=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _max_depth(data: Any) -> int:
+    """Nesting depth, visiting containers only."""
+    best, stack = 0, [(data, 0)]
+    while stack:
+        o, d = stack.pop()
+        if d > best:
+            best = d
+        items = o.values() if isinstance(o, dict) else o
+        stack.extend((v, d + 1) for v in items if isinstance(v, (dict, list)))
+    return best if isinstance(data, (dict, list)) else 0
