@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import doctest
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,30 +20,9 @@ from octopipe_core.layout import deploy
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
+from tests.dash_helpers import metric, ok, start
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
-TIMEOUT = 90
 C16 = "16x8-h800-ib400"
-
-
-def start(page: str, **query: str) -> AppTest:
-    """The app opened on ``page`` (a fresh session), with URL query parameters."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.switch_page(f"views/{page}.py")
-    at.run()
-    ok(at)
-    return at
-
-
-def ok(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def metric(at: AppTest, label: str) -> float:
-    m = next(m for m in at.metric if m.label == label)
-    return float(m.value.split()[0].replace(",", ""))
 
 
 def labels(at: AppTest) -> list[str]:

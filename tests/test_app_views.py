@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,28 +18,11 @@ from octopipe_core.executor.trace import sim_trace
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
-from tests.dash_helpers import executed_trace
+from tests.dash_helpers import executed_trace, ok, start
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
-TIMEOUT = 120
 C16 = "16x8-h800-ib400"
 PLAN_PAGES = ["overview", "plan", "tune", "compare", "cluster"]
 ALL_PAGES = ["overview", "profile", "plan", "tune", "compare", "export", "cluster", "layouts"]
-
-
-def start(page: str | None = None, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for k, v in query.items():
-        at.query_params[k] = v
-    if page and page != "overview":
-        at.switch_page(f"views/{page}.py")
-    at.run()
-    ok(at)
-    return at
-
-
-def ok(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def go(at: AppTest, page: str) -> None:
