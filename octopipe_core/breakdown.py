@@ -58,15 +58,6 @@ class DeviceTime:
         return {**asdict(self), "bubble_ratio": 0.0 if total <= 0 else self.idle_ms / total}
 
 
-def _device_ranges(result: SimResult) -> list[tuple[int, int]]:
-    """Op index range of each device (ops are stored in device order, then schedule order)."""
-    out, lo = [], 0
-    for acts in result.plan.schedule:
-        out.append((lo, lo + len(acts)))
-        lo += len(acts)
-    return out
-
-
 def _incoming(result: SimResult) -> dict[int, list[tuple[float, float, int]]]:
     """Per consumer op: its incoming transfers as (start_ms, end_ms, producer op)."""
     src, dst, xs, xe = result._xfers
@@ -82,7 +73,7 @@ def time_breakdown(result: SimResult) -> list[DeviceTime]:
     t_end = t0 + result.step_time_ms
     inc = _incoming(result)
     rows = []
-    for d, (lo, hi) in enumerate(_device_ranges(result)):
+    for d, (lo, hi) in enumerate(result.device_op_ranges()):
         if lo == hi:
             rows.append(DeviceTime(d, 0.0, 0.0, 0.0, 0.0, result.step_time_ms))
             continue
@@ -132,7 +123,7 @@ def critical_path(result: SimResult) -> list[PathStep]:
         return []
     inc = _incoming(result)
     prev = {}
-    for lo, hi in _device_ranges(result):
+    for lo, hi in result.device_op_ranges():
         for i in range(lo + 1, hi):
             prev[i] = i - 1
     cur = max(range(len(result.ops)), key=lambda i: result.end_ms[i])
@@ -154,8 +145,3 @@ def critical_path(result: SimResult) -> list[PathStep]:
         break
     path.reverse()
     return path
-
-
-def critical_ops(result: SimResult) -> set[int]:
-    """Indices of the compute ops on the critical path (for highlighting a Gantt chart)."""
-    return {p.op for p in critical_path(result) if p.kind == "op"}

@@ -273,12 +273,19 @@ class SimResult:
             }
         )
 
+    def device_op_ranges(self) -> list[tuple[int, int]]:
+        """Per device, the index range of its ops in ``ops`` (device order, then its order)."""
+        out, lo = [], 0
+        for acts in self.plan.schedule:
+            out.append((lo, lo + len(acts)))
+            lo += len(acts)
+        return out
+
     def memory_events(self, device: int) -> list[tuple[float, float]]:
         """``(time_ms, delta_mib)`` of ``device``'s activation memory, in time order: F
         allocates at its start, B/W/BW free at their end (see ``memory_freed_mib``)."""
         c = self.costs
-        lo = sum(len(acts) for acts in self.plan.schedule[:device])  # ops are in device order
-        hi = lo + len(self.plan.schedule[device])
+        lo, hi = self.device_op_ranges()[device]
         out: list[tuple[float, float]] = []
         for i, (_, a) in enumerate(self.ops[lo:hi], start=lo):
             if a.kind == "F":
