@@ -8,7 +8,7 @@ import json
 
 import streamlit as st
 
-from app.components import analysis, charts, cluster_data, cluster_state, panels, state
+from app.components import analysis, charts, cluster_data, cluster_state, panels, state, uploads
 from octopipe_core.cluster import Cluster, parse_cluster_bytes
 from octopipe_core.errors import OctoPipeError
 
@@ -17,30 +17,17 @@ EDITOR_START = "16x8-h800-ib400"  # what the editor starts from when no cluster 
 
 def upload() -> None:
     """Upload an ``octopipe.cluster/v1`` JSON; a bad file is reported in the page."""
-    ss = st.session_state
     up = st.file_uploader(
         "upload a cluster (octopipe.cluster/v1 JSON)", type=["json"], key="cluster_upload"
     )
     if up is None:
-        ss.pop("cluster_upload_token", None)
-        ss.pop("cluster_upload_error", None)
+        uploads.forget("cluster_upload")
         return
-    raw = up.getvalue()
-    token = hashlib.sha1(raw).hexdigest() + up.name
-    if token != ss.get("cluster_upload_token"):
-        ss["cluster_upload_token"] = token
-        ss.pop("cluster_upload_error", None)
-        try:
-            c = parse_cluster_bytes(raw, up.name)
-        except OctoPipeError as e:
-            ss["cluster_upload_error"] = str(e)
-        except Exception as e:  # never a traceback for a user's file
-            ss["cluster_upload_error"] = f"{up.name}: could not read it ({type(e).__name__}: {e})"
-        else:
-            cluster_state.set_custom(c)
-            st.rerun()
-    if ss.get("cluster_upload_error"):
-        st.error(ss["cluster_upload_error"])
+    c = uploads.parse_new(up, "cluster_upload", parse_cluster_bytes)
+    if c is not None:
+        cluster_state.set_custom(c)
+        st.rerun()
+    uploads.show_error("cluster_upload")
 
 
 def editor(c: Cluster | None) -> None:

@@ -9,13 +9,11 @@ opens on the session's profile when its layers fit. Every problem is one line in
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import streamlit as st
 
-from app.components import cluster_state, guard, state
-from octopipe_core.errors import OctoPipeError
+from app.components import cluster_state, guard, state, uploads
 from octopipe_core.jsonio import loads_checked
 from octopipe_core.plan import Plan, plan_from_dict, validate_plan
 from octopipe_core.profile import Profile
@@ -66,23 +64,14 @@ def open_plan_file() -> None:
             key=f"plan_upload_{ss.get('plan_upload_ver', 0)}",
         )
         if up is None:
-            ss.pop("plan_upload_error", None)
+            uploads.forget("plan_upload")
             return
-        raw = up.getvalue()
-        token = hashlib.sha1(raw).hexdigest() + up.name
-        if token != ss.get("plan_upload_token"):
-            ss["plan_upload_token"] = token
-            ss.pop("plan_upload_error", None)
-            try:
-                plan, prof = read_plan_file(raw, up.name, state.base_profile())
-            except OctoPipeError as e:
-                ss["plan_upload_error"] = str(e)
-            except Exception as e:  # never a traceback for a user's file
-                ss["plan_upload_error"] = f"{up.name}: could not read it ({type(e).__name__}: {e})"
-            else:
-                _apply(plan, prof, up.name)
-                ss["plan_upload_ver"] = ss.get("plan_upload_ver", 0) + 1
-                ss.pop("plan_upload_token", None)
-                st.rerun()
-        if ss.get("plan_upload_error"):
-            st.error(ss["plan_upload_error"])
+        got = uploads.parse_new(
+            up, "plan_upload", lambda raw, name: read_plan_file(raw, name, state.base_profile())
+        )
+        if got is not None:
+            _apply(*got, up.name)
+            ss["plan_upload_ver"] = ss.get("plan_upload_ver", 0) + 1
+            ss.pop("plan_upload_token", None)
+            st.rerun()
+        uploads.show_error("plan_upload")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import streamlit as st
 
-from app.components import analysis, charts, display, panels, state
+from app.components import analysis, charts, display, panels, state, uploads
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.profile import list_samples, parse_profile_bytes, profile_to_csv
 
@@ -43,22 +42,12 @@ with c2:
         key=f"upload_{ss['upload_ver']}",
     )
 if up is not None:
-    raw = up.getvalue()
-    token = hashlib.sha1(raw).hexdigest() + up.name
-    if token != ss.get("upload_token"):
-        ss["upload_token"] = token
-        ss.pop("upload_error", None)
-        try:
-            state.set_profile(parse_profile_bytes(raw, up.name), "upload")
-        except OctoPipeError as e:
-            ss["upload_error"] = str(e)
-        except Exception as e:  # never show a traceback for a user's file
-            ss["upload_error"] = f"{up.name}: could not read the file ({type(e).__name__}: {e})"
-    if ss.get("upload_error"):
-        st.error(ss["upload_error"])
+    new = uploads.parse_new(up, "upload", parse_profile_bytes)
+    if new is not None:
+        state.set_profile(new, "upload")
+    uploads.show_error("upload")
 else:
-    ss.pop("upload_error", None)
-    ss.pop("upload_token", None)
+    uploads.forget("upload")
 
 prof = state.base_profile()
 origin = {
