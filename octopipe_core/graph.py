@@ -33,7 +33,7 @@ import networkx as nx
 from octopipe_core.costs import stage_costs
 from octopipe_core.dp_sync import boundary_comm, device_buckets, device_weight_mib
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.plan import Action, Plan, backward_kinds, producers
+from octopipe_core.plan import Action, Kind, Plan, backward_kinds, producers
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import memory_freed_mib
 
@@ -143,13 +143,13 @@ def _add_tail(g: nx.DiGraph, profile: Profile, plan: Plan, c: Any) -> None:
             prev = node
 
 
-def _remote_consumers(a: Action, plan: Plan, S: int, bkind: dict[tuple[int, int], str]) -> list:
+def _remote_consumers(a: Action, plan: Plan, S: int, bkind: dict[tuple[int, int], Kind]) -> list:
     s, k, m = a
     out = []
     if k == "F" and s + 1 < S:
-        out.append(Action(s + 1, "F", m))
+        out.append(Action(s + 1, Kind.F, m))
     elif k in ("B", "BW") and s > 0:
-        out.append(Action(s - 1, bkind.get((s - 1, m), "B"), m))
+        out.append(Action(s - 1, bkind.get((s - 1, m), Kind.B), m))
     return [x for x in out if plan.placement[x.stage] != plan.placement[s]]
 
 

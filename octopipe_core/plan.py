@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,7 +31,38 @@ from octopipe_core.errors import OctoPipeError, input_error
 from octopipe_core.jsonio import loads_checked
 
 PLAN_FORMAT = "octopipe.plan/v1"
-KINDS = ("F", "B", "W", "BW")
+
+
+class TextEnum(str, Enum):
+    """An enum whose members are their own text: equal to it, printed and formatted as it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class Kind(TextEnum):
+    """What a compute action does: ``F`` forward, ``B`` input-gradient backward, ``W``
+    weight-gradient backward, ``BW`` both backwards fused.
+
+    Members are strings (``Kind.F == "F"``) and print as their letters.
+
+    >>> Kind("BW"), f"{Kind.F}", Kind.B == "B"
+    (Kind.BW, 'F', True)
+    """
+
+    F = "F"
+    B = "B"
+    W = "W"
+    BW = "BW"
+
+
+KINDS = tuple(Kind)
 _ACTION_RE = re.compile(r"^(\d{1,6})(BW|F|B|W)(\d{1,6})$")  # up to 999,999 stages/micro-batches
 MAX_MICROBATCHES = 65_536
 MAX_STAGES = 4_096
@@ -40,7 +72,7 @@ class Action(NamedTuple):
     """One compute action: ``kind`` of ``stage`` on micro-batch ``mb``."""
 
     stage: int
-    kind: str
+    kind: Kind
     mb: int
 
     def __str__(self) -> str:
@@ -51,7 +83,7 @@ class Action(NamedTuple):
         """Parse ``"2F0"``-style text.
 
         >>> Action.parse("3BW12")
-        Action(stage=3, kind='BW', mb=12)
+        Action(stage=3, kind=Kind.BW, mb=12)
         """
         m = _ACTION_RE.match(text.strip())
         if not m:
@@ -59,7 +91,7 @@ class Action(NamedTuple):
             raise OctoPipeError(
                 f"bad action {shown!r}; fix: write <stage><F|B|W|BW><microbatch>, e.g. 2F0"
             )
-        return Action(int(m.group(1)), m.group(2), int(m.group(3)))
+        return Action(int(m.group(1)), Kind(m.group(2)), int(m.group(3)))
 
 
 def parse_actions(text: str | Iterable[str]) -> list[Action]:
@@ -253,9 +285,9 @@ def load_plan(path: str | Path) -> tuple[Plan, Any | None]:
 
 # --------------------------------------------------------------------------------------------
 # Dependencies and validation
-def backward_kinds(plan: Plan) -> dict[tuple[int, int], str]:
+def backward_kinds(plan: Plan) -> dict[tuple[int, int], Kind]:
     """Per (stage, micro-batch): ``"B"`` if the backward is split into B and W, ``"BW"`` if not."""
-    kinds: dict[tuple[int, int], str] = {}
+    kinds: dict[tuple[int, int], Kind] = {}
     for acts in plan.schedule:
         for a in acts:
             if a.kind in ("B", "BW"):
@@ -263,21 +295,21 @@ def backward_kinds(plan: Plan) -> dict[tuple[int, int], str]:
     return kinds
 
 
-def producers(a: Action, num_stages: int, bkind: dict[tuple[int, int], str]) -> list[Action]:
+def producers(a: Action, num_stages: int, bkind: dict[tuple[int, int], Kind]) -> list[Action]:
     """Data producers of ``a``: F(s) needs F(s-1); B(s) needs B(s+1) (or F(s) on the last
     stage); W(s) needs B(s). ``bkind`` tells whether each backward is split or fused.
 
-    >>> producers(Action(1, "B", 0), 3, {(2, 0): "BW"})
-    [Action(stage=2, kind='BW', mb=0)]
+    >>> producers(Action(1, Kind.B, 0), 3, {(2, 0): Kind.BW})
+    [Action(stage=2, kind=Kind.BW, mb=0)]
     """
     s, k, m = a
     if k == "F":
-        return [Action(s - 1, "F", m)] if s > 0 else []
+        return [Action(s - 1, Kind.F, m)] if s > 0 else []
     if k in ("B", "BW"):
         if s == num_stages - 1:
-            return [Action(s, "F", m)]
-        return [Action(s + 1, bkind.get((s + 1, m), "B"), m)]
-    return [Action(s, "B", m)]
+            return [Action(s, Kind.F, m)]
+        return [Action(s + 1, bkind.get((s + 1, m), Kind.B), m)]
+    return [Action(s, Kind.B, m)]
 
 
 def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") -> None:
@@ -336,7 +368,7 @@ def validate_plan(plan: Plan, num_layers: int | None = None, src: str = "plan") 
                         src, "schedule", f"action {Action(s, k, m)} is missing",
                         "every stage runs F and either B+W or a fused BW on each micro-batch",
                     )  # fmt: skip
-            extra = ("BW",) if bk == "B" else ("B", "W")
+            extra = (Kind.BW,) if bk == "B" else (Kind.B, Kind.W)
             for k in extra:
                 if Action(s, k, m) in seen:
                     raise input_error(
@@ -356,7 +388,7 @@ def asap_times(
     plan: Plan,
     op_ms: Callable[[Action], float] = lambda a: 0.0,
     hop_ms: float = 0.0,
-    bkind: dict[tuple[int, int], str] | None = None,
+    bkind: dict[tuple[int, int], Kind] | None = None,
 ) -> tuple[dict[Action, tuple[float, float]], list[int]]:
     """Run every device's order as soon as possible: (start, end) of each action that could run,
     and how far each device got (all the way unless the orders contain a cycle).
@@ -367,7 +399,7 @@ def asap_times(
 
     >>> plan = Plan(1, [(0, 1), (1, 2)], [0, 1], [parse_actions("0F0 0BW0"),
     ...                                         parse_actions("1F0 1BW0")])
-    >>> asap_times(plan, lambda a: 1.0, hop_ms=0.5)[0][Action(0, "BW", 0)]
+    >>> asap_times(plan, lambda a: 1.0, hop_ms=0.5)[0][Action(0, Kind.BW, 0)]
     (4.0, 5.0)
     """
     bkind = backward_kinds(plan) if bkind is None else bkind
@@ -395,7 +427,7 @@ def asap_times(
 
 
 def find_order_cycle(
-    plan: Plan, bkind: dict[tuple[int, int], str] | None = None
+    plan: Plan, bkind: dict[tuple[int, int], Kind] | None = None
 ) -> list[Action] | None:
     """Return a dependency cycle among actions (data edges + device order), or None."""
     bkind = backward_kinds(plan) if bkind is None else bkind

@@ -33,7 +33,7 @@ from typing import Any
 from octopipe_core.costs import layer_times_ms
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.partition import balanced_partition, uniform_partition
-from octopipe_core.plan import Action, Plan, find_order_cycle
+from octopipe_core.plan import Action, Kind, Plan, find_order_cycle
 from octopipe_core.profile import Profile
 
 Order = list[list[Action]]
@@ -62,7 +62,7 @@ def v_placement(devices: int) -> list[int]:
 def gpipe_order(p: int, m: int) -> Order:
     """All forwards, then all fused backwards."""
     return [
-        [Action(s, "F", i) for i in range(m)] + [Action(s, "BW", i) for i in range(m)]
+        [Action(s, Kind.F, i) for i in range(m)] + [Action(s, Kind.BW, i) for i in range(m)]
         for s in range(p)
     ]
 
@@ -72,10 +72,10 @@ def one_f_one_b_order(p: int, m: int) -> Order:
     out = []
     for s in range(p):
         warm = min(p - s - 1, m)
-        acts = [Action(s, "F", i) for i in range(warm)]
+        acts = [Action(s, Kind.F, i) for i in range(warm)]
         for i in range(m - warm):
-            acts += [Action(s, "F", warm + i), Action(s, "BW", i)]
-        acts += [Action(s, "BW", i) for i in range(m - warm, m)]
+            acts += [Action(s, Kind.F, warm + i), Action(s, Kind.BW, i)]
+        acts += [Action(s, Kind.BW, i) for i in range(m - warm, m)]
         out.append(acts)
     return out
 
@@ -100,8 +100,8 @@ def interleaved_order(p: int, m: int, v: int) -> Order:
         out = []
         for d in range(p):
             warm = min(total, 2 * (p - d - 1) + (v - 1) * p + extra)
-            fs = [Action(c * p + d, "F", i) for c, i in table_f]
-            bs = [Action(c * p + d, "BW", i) for c, i in table_b]
+            fs = [Action(c * p + d, Kind.F, i) for c, i in table_f]
+            bs = [Action(c * p + d, Kind.BW, i) for c, i in table_b]
             acts = fs[:warm]
             for k in range(total - warm):
                 acts += [fs[warm + k], bs[k]]
@@ -141,25 +141,25 @@ def greedy_zb_order(
     remaining = 3 * S * m
     t = 0
     while remaining:
-        finished: list[tuple[str, int, int]] = []
+        finished: list[tuple[Kind, int, int]] = []
         for d in range(D):
-            best: tuple[int, int, str] | None = None  # (mb, -stage, kind)
+            best: tuple[int, int, Kind] | None = None  # (mb, -stage, kind)
             for s in stages_of[d]:
                 i = b_next[s]
                 if i < m:
                     dep = f_done.get((s, i)) if s == S - 1 else b_done.get((s + 1, i))
                     if dep is not None and dep <= t and (best is None or (i, -s) < best[:2]):
-                        best = (i, -s, "B")
+                        best = (i, -s, Kind.B)
             if best is None and inflight[d] < limit(d) and fwd_only[d] < fb_lim(d):
                 for s in stages_of[d]:
                     i = f_next[s]
                     if i < m:
                         dep = f_done.get((s - 1, i)) if s > 0 else 0
                         if dep is not None and dep <= t and (best is None or (i, -s) < best[:2]):
-                            best = (i, -s, "F")
+                            best = (i, -s, Kind.F)
             if best is None and w_pending[d]:
                 s, i = w_pending[d].popleft()
-                best = (i, -s, "W")
+                best = (i, -s, Kind.W)
             if best is None:
                 continue
             i, s, kind = best[0], -best[1], best[2]
@@ -229,16 +229,16 @@ class _DualPipeVRank:
         self.deferred: deque[Action] = deque()
 
     def fwd(self, c: int) -> None:
-        self.acts.append(Action(self.stage[c], "F", self.next_f[c]))
+        self.acts.append(Action(self.stage[c], Kind.F, self.next_f[c]))
         self.next_f[c] += 1
 
     def bwd(self, c: int, zb: bool = False) -> None:
         st, mb = self.stage[c], self.next_b[c]
         if zb:  # zero-bubble: B now, W deferred
-            self.acts.append(Action(st, "B", mb))
-            self.deferred.append(Action(st, "W", mb))
+            self.acts.append(Action(st, Kind.B, mb))
+            self.deferred.append(Action(st, Kind.W, mb))
         else:
-            self.acts.append(Action(st, "BW", mb))
+            self.acts.append(Action(st, Kind.BW, mb))
         self.next_b[c] += 1
 
     def weight(self) -> None:

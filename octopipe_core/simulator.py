@@ -227,7 +227,7 @@ class SimResult:
 
         labels = np.array([f"{lo}-{hi - 1}" for lo, hi in self.plan.partition], dtype=object)
         dev = [d for d, _ in self.ops]
-        kind = [a.kind for _, a in self.ops]
+        kind: list[str] = [str(a.kind) for _, a in self.ops]
         stage = [a.stage for _, a in self.ops]
         mb = [a.mb for _, a in self.ops]
         start, end = list(self.start_ms), list(self.end_ms)

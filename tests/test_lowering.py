@@ -68,7 +68,7 @@ def _one_f_one_b() -> LoweredPlan:
 def test_checker_catches_swapped_receives() -> None:
     lp = _one_f_one_b()
     ops = lp.ranks[1]
-    i, j = ops.index(Op(1, "RECV_F", 1)), ops.index(Op(1, "RECV_F", 2))
+    i, j = ops.index(Op.parse("1RECV_F1")), ops.index(Op.parse("1RECV_F2"))
     ops[i], ops[j] = ops[j], ops[i]
     with pytest.raises(CommOrderError, match=r"FIFO order mismatch on rank pair 0->1"):
         check_lowered(lp)
@@ -77,8 +77,8 @@ def test_checker_catches_swapped_receives() -> None:
 def test_checker_catches_deadlocking_order() -> None:
     lp = _one_f_one_b()
     ops = lp.ranks[0]  # rank 0 waits for a gradient before sending any activation
-    ops.remove(Op(0, "RECV_B", 0))
-    ops.insert(0, Op(0, "RECV_B", 0))
+    ops.remove(Op.parse("0RECV_B0"))
+    ops.insert(0, Op.parse("0RECV_B0"))
     with pytest.raises(
         CommOrderError,
         match=r"deadlocks.*rank 0 blocked at 0RECV_B0.*rank 1 "
@@ -90,12 +90,12 @@ def test_checker_catches_deadlocking_order() -> None:
 def test_checker_catches_recv_after_consumer_and_missing_ops() -> None:
     lp = _one_f_one_b()
     ops = lp.ranks[1]
-    ops.remove(Op(1, "RECV_F", 0))
-    ops.insert(ops.index(Op(1, "F", 0)) + 1, Op(1, "RECV_F", 0))  # FIFO kept, but too late
+    ops.remove(Op.parse("1RECV_F0"))
+    ops.insert(ops.index(Op.parse("1F0")) + 1, Op.parse("1RECV_F0"))  # FIFO kept, but too late
     with pytest.raises(CommOrderError, match="posted later on this rank"):
         check_lowered(lp)
     lp = _one_f_one_b()
-    lp.ranks[0].remove(Op(0, "SEND_F", 3))
+    lp.ranks[0].remove(Op.parse("0SEND_F3"))
     with pytest.raises(CommOrderError, match="never posts 0SEND_F3"):
         check_lowered(lp)
     lp = _one_f_one_b()

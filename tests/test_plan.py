@@ -11,6 +11,7 @@ from octopipe_core.errors import OctoPipeError
 from octopipe_core.partition import balanced_partition, uniform_partition
 from octopipe_core.plan import (
     Action,
+    Kind,
     Plan,
     format_plan,
     load_plan,
@@ -32,6 +33,29 @@ def test_action_text_round_trip() -> None:
         assert str(Action.parse(text)) == text
     with pytest.raises(OctoPipeError, match="2X0"):
         Action.parse("2X0")
+
+
+def test_action_kinds_are_an_enum_everywhere(tmp_path: Path) -> None:
+    """Kinds are ``Kind`` members (not bare strings) in parsed, built, loaded and lowered
+    plans, and still read and print as their letters."""
+    from octopipe_core.executor.lowering import OpKind, lower_plan
+
+    prof = load_sample("nemotron-h-8b")
+    for sched in SCHEDULES:
+        plan = build_plan(prof, sched, 4, 8)
+        kinds = {type(a.kind) for row in plan.schedule for a in row}
+        assert kinds == {Kind}, (sched, kinds)
+        save_plan(plan, tmp_path / f"{sched}.json")
+        loaded, _ = load_plan(tmp_path / f"{sched}.json")
+        assert {type(a.kind) for row in loaded.schedule for a in row} == {Kind}
+        ops = [o for row in lower_plan(plan).ranks for o in row]
+        assert {type(o.kind) for o in ops} == {OpKind}
+        assert any(o.kind.is_send for o in ops) and any(o.kind.is_recv for o in ops)
+    a = Action.parse("3BW12")
+    assert a.kind is Kind.BW and a.kind == "BW" and f"{a.kind}" == "BW" and str(a) == "3BW12"
+    assert json.dumps([a.kind]) == '["BW"]'
+    with pytest.raises(ValueError):
+        Kind("X")
 
 
 def test_cycle_is_named() -> None:

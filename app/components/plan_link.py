@@ -46,7 +46,8 @@ TOKEN = re.compile(r"^(\d{1,6})(BW|F|B|W)(?:@(\d{1,7}))?$")
 def compact_row(actions: list[Action]) -> str:
     """One device's order with implicit micro-batches.
 
-    >>> compact_row([Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 1), Action(0, "F", 2)])
+    >>> from octopipe_core.plan import parse_actions
+    >>> compact_row(parse_actions("0F0 0F1 0B1 0F2"))
     '0F 0F 0B@1 0F'
     """
     nxt: dict[tuple[int, str], int] = {}

@@ -24,7 +24,7 @@ from collections import deque
 
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.lowering import LoweredPlan, Op
-from octopipe_core.plan import Action, backward_kinds, producers
+from octopipe_core.plan import Action, Kind, backward_kinds, producers
 
 FIX = "re-lower the plan with octopipe_core.executor.lower_plan (or re-export it)"
 
@@ -72,7 +72,7 @@ def _simulate_streams(lp: LoweredPlan) -> None:
                     while pos[r] < len(ops) and ops[pos[r]].is_comm:
                         c = ops[pos[r]]
                         m = lp.messages[c.message_key()]
-                        peer = m.dst if c.kind.startswith("SEND") else m.src
+                        peer = m.dst if c.kind.is_send else m.src
                         batch.setdefault(peer, []).append(c)
                         pos[r] += 1
                     for peer, group in batch.items():
@@ -141,7 +141,7 @@ def _check_structure(lp: LoweredPlan) -> None:
                 continue
             key = o.message_key()
             m = lp.messages.get(key)
-            side = m.src if (m and o.kind.startswith("SEND")) else (m.dst if m else -1)
+            side = m.src if (m and o.kind.is_send) else (m.dst if m else -1)
             if m is None or side != r:
                 raise CommOrderError(
                     f"lowered plan: rank {r} has {o}, which matches no cross-device message "
@@ -166,7 +166,7 @@ def _check_fifo(lp: LoweredPlan) -> None:
         for o in ops:
             if o.is_comm:
                 m = lp.messages[o.message_key()]
-                if o.kind.startswith("SEND"):
+                if o.kind.is_send:
                     sends.setdefault((m.src, m.dst), []).append(o)
                 else:
                     recvs.setdefault((m.src, m.dst), []).append(o)
@@ -201,7 +201,7 @@ def _simulate_blocking(lp: LoweredPlan) -> None:
                 if o.is_comm:
                     key = o.message_key()
                     m = lp.messages[key]
-                    if o.kind.startswith("SEND"):
+                    if o.kind.is_send:
                         queues.setdefault((m.src, m.dst), deque()).append(key)
                     else:
                         queues[(m.src, m.dst)].popleft()
@@ -239,13 +239,13 @@ def _blocked(
     received: list[set[tuple[str, int, int]]],
     queues: dict[tuple[int, int], deque[tuple[str, int, int]]],
     S: int,
-    bkind: dict[tuple[int, int], str],
+    bkind: dict[tuple[int, int], Kind],
 ) -> tuple[str, int | None] | None:
     """None if ``o`` can run now, else (reason, rank waited for or None)."""
-    if o.kind.startswith("SEND"):
+    if o.kind.is_send:
         p = lp.messages[o.message_key()].producer
         return None if p in done else (f"its producer {p} has not run on this rank", None)
-    if o.kind.startswith("RECV"):
+    if o.kind.is_recv:
         key = o.message_key()
         m = lp.messages[key]
         q = queues.get((m.src, m.dst))

@@ -35,14 +35,47 @@ from typing import Any, NamedTuple
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import (
     Action,
+    Kind,
     Plan,
+    TextEnum,
     asap_times,
     backward_kinds,
     find_order_cycle,
     producers,
 )
 
-COMPUTE_KINDS = ("F", "B", "W", "BW")
+
+class OpKind(TextEnum):
+    """A lowered op: a compute action's kind, or one end of a message (``SEND_F`` sends an
+    activation, ``RECV_B`` receives a gradient, ...).
+
+    >>> OpKind("RECV_B").is_comm, OpKind.F == Kind.F
+    (True, True)
+    """
+
+    F = "F"
+    B = "B"
+    W = "W"
+    BW = "BW"
+    SEND_F = "SEND_F"
+    RECV_F = "RECV_F"
+    SEND_B = "SEND_B"
+    RECV_B = "RECV_B"
+
+    @property
+    def is_comm(self) -> bool:
+        return self.value in COMM_KINDS
+
+    @property
+    def is_send(self) -> bool:
+        return self in (OpKind.SEND_F, OpKind.SEND_B)
+
+    @property
+    def is_recv(self) -> bool:
+        return self in (OpKind.RECV_F, OpKind.RECV_B)
+
+
+COMPUTE_KINDS = tuple(Kind)
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 _OP_RE = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|BW|F|B|W)(\d+)$")
 
@@ -51,7 +84,7 @@ class Op(NamedTuple):
     """One entry of a rank's list: a compute action or one end of a message."""
 
     stage: int
-    kind: str
+    kind: OpKind
     mb: int
 
     def __str__(self) -> str:
@@ -59,18 +92,18 @@ class Op(NamedTuple):
 
     @property
     def is_comm(self) -> bool:
-        return self.kind in COMM_KINDS
+        return self.kind.is_comm
 
     @property
     def action(self) -> Action:
-        return Action(self.stage, self.kind, self.mb)
+        return Action(self.stage, Kind(self.kind), self.mb)
 
     @staticmethod
     def parse(text: str) -> Op:
         """Parse ``"2RECV_B0"``-style text.
 
         >>> Op.parse("2RECV_B0")
-        Op(stage=2, kind='RECV_B', mb=0)
+        Op(stage=2, kind=OpKind.RECV_B, mb=0)
         """
         m = _OP_RE.match(text.strip()) if isinstance(text, str) and len(text) < 40 else None
         if not m:
@@ -78,7 +111,7 @@ class Op(NamedTuple):
                 f"bad lowered op {str(text)[:30]!r}; fix: write <stage><F|B|W|BW|SEND_F|RECV_F|"
                 "SEND_B|RECV_B><microbatch>, e.g. 1RECV_F0"
             )
-        return Op(int(m.group(1)), m.group(2), int(m.group(3)))
+        return Op(int(m.group(1)), OpKind(m.group(2)), int(m.group(3)))
 
     def message_key(self) -> tuple[str, int, int]:
         """``(direction, producer stage, mb)`` of the message a comm op sends or receives."""
@@ -105,11 +138,11 @@ class Message:
 
     @property
     def send_op(self) -> Op:
-        return Op(self.producer.stage, "SEND_" + self.key[0], self.producer.mb)
+        return Op(self.producer.stage, OpKind("SEND_" + self.key[0]), self.producer.mb)
 
     @property
     def recv_op(self) -> Op:
-        return Op(self.consumer.stage, "RECV_" + self.key[0], self.consumer.mb)
+        return Op(self.consumer.stage, OpKind("RECV_" + self.key[0]), self.consumer.mb)
 
 
 @dataclass
@@ -128,7 +161,7 @@ class LoweredPlan:
         return [
             o.message_key()
             for o in self.ranks[src]
-            if o.kind.startswith("SEND") and self.messages[o.message_key()].dst == dst
+            if o.kind.is_send and self.messages[o.message_key()].dst == dst
         ]
 
 
@@ -236,7 +269,7 @@ def lower_plan(
             while i < len(recvs) and recvs[i][0] < key:
                 ops.append(recvs[i][1].recv_op)
                 i += 1
-            ops.append(Op(a.stage, a.kind, a.mb))
+            ops.append(Op(a.stage, OpKind(a.kind), a.mb))
             if a in by_producer:
                 ops.append(by_producer[a].send_op)
         ops.extend(m.recv_op for _, m in recvs[i:])

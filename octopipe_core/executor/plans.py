@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from octopipe_core.plan import Action, Plan, producers
+from octopipe_core.plan import Action, Kind, Plan, producers
 
 
 def random_plan(num_layers: int, devices: int, microbatches: int, seed: int = 0) -> Plan:
@@ -18,10 +18,12 @@ def random_plan(num_layers: int, devices: int, microbatches: int, seed: int = 0)
     partition = [(bounds[i], bounds[i + 1]) for i in range(S)]
     placement = list(range(devices)) + [rng.randrange(devices) for _ in range(S - devices)]
     rng.shuffle(placement)
-    bkind = {(s, m): rng.choice(("B", "BW")) for s in range(S) for m in range(microbatches)}
-    acts = [Action(s, "F", m) for s in range(S) for m in range(microbatches)]
+    bkind = {(s, m): rng.choice((Kind.B, Kind.BW)) for s in range(S) for m in range(microbatches)}
+    acts = [Action(s, Kind.F, m) for s in range(S) for m in range(microbatches)]
     for (s, m), k in bkind.items():
-        acts += [Action(s, "B", m), Action(s, "W", m)] if k == "B" else [Action(s, "BW", m)]
+        acts += (
+            [Action(s, Kind.B, m), Action(s, Kind.W, m)] if k == "B" else [Action(s, Kind.BW, m)]
+        )
     done: set[Action] = set()
     pending = set(acts)
     schedule: list[list[Action]] = [[] for _ in range(devices)]
@@ -44,18 +46,18 @@ def irregular_plan(num_layers: int, microbatches: int = 4) -> Plan:
     partition = [(0, a), (a, b), (b, num_layers)]
     placement = [0, 1, 0]
     M = microbatches
-    d0: list[Action] = [Action(0, "F", 0)]
+    d0: list[Action] = [Action(0, Kind.F, 0)]
     for m in range(M):
         if m + 1 < M:
-            d0.append(Action(0, "F", m + 1))
-        d0 += [Action(2, "F", m), Action(2, "B", m)]
+            d0.append(Action(0, Kind.F, m + 1))
+        d0 += [Action(2, Kind.F, m), Action(2, Kind.B, m)]
         if m > 0:
-            d0.append(Action(0, "B", m - 1))
-    d0.append(Action(0, "B", M - 1))
-    d0 += [Action(2, "W", m) for m in range(M)] + [Action(0, "W", m) for m in range(M)]
-    d1: list[Action] = [Action(1, "F", m) for m in range(min(2, M))]
+            d0.append(Action(0, Kind.B, m - 1))
+    d0.append(Action(0, Kind.B, M - 1))
+    d0 += [Action(2, Kind.W, m) for m in range(M)] + [Action(0, Kind.W, m) for m in range(M)]
+    d1: list[Action] = [Action(1, Kind.F, m) for m in range(min(2, M))]
     for m in range(M):
-        d1.append(Action(1, "BW", m))
+        d1.append(Action(1, Kind.BW, m))
         if m + 2 < M:
-            d1.append(Action(1, "F", m + 2))
+            d1.append(Action(1, Kind.F, m + 2))
     return Plan(M, partition, placement, [d0, d1], "irregular/hand", {"schedule": "hand"})

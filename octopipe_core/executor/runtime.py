@@ -140,7 +140,7 @@ class PipelineExecutor:
 
     def _peer(self, op: Op) -> int:
         m = self.lp.messages[op.message_key()]
-        return self.peers[m.dst if op.kind.startswith("SEND") else m.src]
+        return self.peers[m.dst if op.kind.is_send else m.src]
 
     def set_batch(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """This step's inputs and targets ``[microbatch][microbatch_size, seq, ...]``."""
@@ -219,7 +219,7 @@ class PipelineExecutor:
         t_start = time.perf_counter()
         if self.prepost:
             for op in self.ops:
-                if op.kind.startswith("RECV"):
+                if op.kind.is_recv:
                     recvs[op.message_key()] = self._post_recv(op)
         for idx, op in enumerate(self.ops):
             if self.fault and self.fault[:2] == (step_idx, idx):
@@ -229,14 +229,14 @@ class PipelineExecutor:
             t0 = time.perf_counter()
             wait = 0.0
             s, k, m = op
-            if k in ("RECV_F", "RECV_B"):
+            if k.is_recv:
                 if self.batch:
                     shape, dt = self.shapes[s - 1] if k == "RECV_F" else self.shapes[s]
                     buf = torch.empty(shape, dtype=dt, device=self.device)
                     pending.append((op, dist.P2POp(dist.irecv, buf, self._peer(op)), buf))
                 elif not self.prepost:  # (pre-posted at the step start, in this same order)
                     recvs[op.message_key()] = self._post_recv(op)
-            elif k in ("SEND_F", "SEND_B"):
+            elif k.is_send:
                 t = local.pop(op.message_key()).contiguous()
                 if self.batch:
                     pending.append((op, dist.P2POp(dist.isend, t, self._peer(op)), t))
@@ -312,7 +312,7 @@ class PipelineExecutor:
         if len(works) != len(pending):  # coalesced into one work
             works = [works[-1]] * len(pending)
         for (op, _, t), w in zip(pending, works, strict=True):
-            if op.kind.startswith("RECV"):
+            if op.kind.is_recv:
                 recvs[op.message_key()] = (w, t)
             else:
                 sends.append((w, t, str(op)))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octopipe_core.plan import Action, backward_kinds, producers
+from octopipe_core.plan import Action, Kind, backward_kinds, producers
 from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, proposal
 from octopipe_core.tuner.list_scheduler import POLICIES, Policy
 
@@ -210,8 +210,8 @@ def delay_w_proposals(ev: Evaluator, inc: Candidate, tl: Timeline, top: int = 6)
 def split_backward(order: list[list[Action]]) -> list[list[Action]] | None:
     """Each fused BW becomes B immediately followed by W; None if there is no BW.
 
-    >>> split_backward([[Action(0, "BW", 0)]])
-    [[Action(stage=0, kind='B', mb=0), Action(stage=0, kind='W', mb=0)]]
+    >>> split_backward([[Action(0, Kind.BW, 0)]])
+    [[Action(stage=0, kind=Kind.B, mb=0), Action(stage=0, kind=Kind.W, mb=0)]]
     """
     if not any(a.kind == "BW" for acts in order for a in acts):
         return None
@@ -220,7 +220,7 @@ def split_backward(order: list[list[Action]]) -> list[list[Action]] | None:
         row: list[Action] = []
         for a in acts:
             if a.kind == "BW":
-                row += [Action(a.stage, "B", a.mb), Action(a.stage, "W", a.mb)]
+                row += [Action(a.stage, Kind.B, a.mb), Action(a.stage, Kind.W, a.mb)]
             else:
                 row.append(a)
         out.append(row)
@@ -256,7 +256,7 @@ def memory_repair_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> li
         n = 0
         for j in range(kf + 1, len(acts)):
             a = acts[j]
-            if a.kind == "W" and tl.pos[Action(a.stage, "B", a.mb)][1] < kf:
+            if a.kind == "W" and tl.pos[Action(a.stage, Kind.B, a.mb)][1] < kf:
                 new = _moved(plan.schedule, d, j, kf)
                 desc = f"advance {a} before {acts[kf]} on d{d} (frees its stash under the cap)"
                 out.append(proposal("memory", desc, _order_thunk(ev, inc, new)))
