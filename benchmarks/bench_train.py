@@ -36,6 +36,7 @@ from bench_fidelity import effective_durations, transfer_latency_us  # noqa: E40
 from octopipe_core.cluster import Cluster  # noqa: E402
 from octopipe_core.commands.run import launch  # noqa: E402
 from octopipe_core.executor.export import export_job  # noqa: E402
+from octopipe_core.executor.harness import leave_process_group  # noqa: E402
 from octopipe_core.layout import GRAD_FRACTION, deploy  # noqa: E402
 from octopipe_core.plan import Plan  # noqa: E402
 from octopipe_core.profile import FORMAT, Profile  # noqa: E402
@@ -110,8 +111,7 @@ def _allreduce_worker(rank: int, port: int, sizes: list[int], reps: int, out: st
         times[n] = statistics.median(ms)
     if rank == 0:
         Path(out).write_text(json.dumps(times))
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def allreduce_ms(grad_mib: float) -> tuple[float, float]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def leave_process_group(code: int = 0) -> NoReturn:
+    """Leave the process group together, then end the process without the interpreter's
+    teardown.
+
+    A gloo I/O thread or work object destroyed during interpreter finalization aborts the
+    process ("terminate called without an active exception") after a run that succeeded;
+    ``os._exit`` skips that teardown once every output is written and flushed."""
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _worker(
@@ -54,8 +71,7 @@ def _worker(
             results.append(res)
     if rank == 0:
         torch.save(results, out)  # tensors and plain data only
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def run_local(

@@ -287,10 +287,10 @@ def _spawned(rank: int, world: int, port: int, job: LinksJob) -> None:
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
         timeout=timedelta(seconds=120),
     )  # fmt: skip
-    try:
-        _write(job, measure_links(job.sizes_mib, job.iters))
-    finally:
-        dist.destroy_process_group()
+    _write(job, measure_links(job.sizes_mib, job.iters))
+    from octopipe_core.executor.harness import leave_process_group
+
+    leave_process_group()
 
 
 def run_links_local(job: LinksJob, nproc: int) -> None:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from octopipe_core.executor.harness import free_port
+from octopipe_core.executor.harness import free_port, leave_process_group
 from octopipe_core.executor.models import ModelSettings, build_layers, make_batch, param_names
 from octopipe_core.profile import Profile
 
@@ -49,8 +49,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[str], out: str) -> None
     results = [_run_job(rank, world, Path(j)) for j in jobs]
     if rank == 0:
         torch.save(results, out)  # tensors and plain data only
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def _run_job(rank: int, world: int, d: Path) -> dict[str, Any] | None:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.harness import leave_process_group
 from octopipe_core.executor.job_config import load_job_config
 from octopipe_core.executor.runtime import PeerError, init_distributed
 from octopipe_core.executor.trace import records_trace, write_trace
@@ -97,16 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         n = len(res["losses"])
         last = f"; last loss {res['losses'][-1]:.6g}" if n else ""
         print(f"octopipe worker: {n} step(s) from step {res['start_step']}{last}", flush=True)
-    # Leave together, then skip the interpreter's teardown: a gloo thread destroyed at exit
-    # while still joinable aborts the process ("terminate called without an active
-    # exception") after a step that succeeded.
-    try:
-        dist.barrier()
-        dist.destroy_process_group()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    leave_process_group()
 
 
 if __name__ == "__main__":
