@@ -17,7 +17,7 @@ from octopipe_core.simulator import simulate
 from octopipe_core.tuner import POLICIES, list_schedule, tune
 from octopipe_core.tuner import climb as climb_mod
 from octopipe_core.tuner.crafted import _lt, crafted_profile
-from octopipe_core.tuner.evaluate import Evaluator
+from octopipe_core.tuner.evaluate import Evaluator, Move, Phase
 from octopipe_core.tuner.moves_memory import memory_fill_proposals
 
 
@@ -128,5 +128,6 @@ def test_memory_aware_fill_partition_respects_the_budget():
     free = ev.fill_partition([0, 1, 2, 3])
     assert free.objective_ms is not None and res.objective_ms is not None
     assert res.objective_ms > free.objective_ms  # the budget binds: it costs time
-    props = memory_fill_proposals(ev, inc, "partition")
+    props = memory_fill_proposals(ev, inc, Phase.PARTITION)
     assert props and all("memory-aware" in p.description for p in props)
+    assert all(p.move is Move.FILL_PARTITION and p.phase is Phase.PARTITION for p in props)

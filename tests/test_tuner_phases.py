@@ -9,8 +9,9 @@ from octopipe_core.plan import validate_plan
 from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
 from octopipe_core.tuner import tune
+from octopipe_core.tuner.climb import phase_proposals
 from octopipe_core.tuner.crafted import heavy_head, moe_memory, stash_heavy, w_heavy
-from octopipe_core.tuner.evaluate import Evaluator
+from octopipe_core.tuner.evaluate import Evaluator, Move, Phase
 from octopipe_core.tuner.layouts import device_loads
 from octopipe_core.tuner.moves_partition import partition_proposals
 from octopipe_core.tuner.moves_schedule import (
@@ -36,6 +37,23 @@ def _w_after_f(plan) -> bool:
                 if any(x.kind == "F" for x in acts[kb + 1 : pos[a]]):
                     return True
     return False
+
+
+# ---- moves as data ---------------------------------------------------------------------------
+def test_every_proposal_names_its_phase_and_move_kind():
+    """The search selects moves by ``Move`` kind (an enum), never by matching descriptions:
+    the memory phase's placement moves are exactly the swaps."""
+    prof = moe_memory()
+    for cap in (80.0, 1.0):  # a cap that nothing fits opens the memory phase
+        ev = Evaluator(prof, devices=4, microbatches=8, cap_gib=cap)
+        inc = _peer(ev, "1f1b")
+        for phase in Phase:
+            props = phase_proposals(ev, phase, inc)
+            assert props, phase
+            assert all(isinstance(p.phase, Phase) and isinstance(p.move, Move) for p in props)
+        mem = phase_proposals(ev, Phase.MEMORY, inc)
+        placement = [p for p in mem if p.phase is Phase.PLACEMENT]
+        assert placement and all(p.move is Move.SWAP for p in placement)
 
 
 # ---- partition ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.tuner.diagnose import bubble_breakdown
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, better
+from octopipe_core.tuner.evaluate import Candidate, Evaluator, Move, Phase, Proposal, better
 from octopipe_core.tuner.moves_memory import at_cap, memory_fill_proposals, recompute_proposals
 from octopipe_core.tuner.moves_partition import memory_partition_proposals, partition_proposals
 from octopipe_core.tuner.moves_placement import placement_proposals
@@ -32,7 +32,7 @@ from octopipe_core.tuner.moves_schedule import (
 )
 from octopipe_core.tuner.result import ProgressFn, TuneProgress
 
-PHASES = ("partition", "placement", "schedule")
+PHASES = (Phase.PARTITION, Phase.PLACEMENT, Phase.SCHEDULE)
 ACCEPT_REL = 1e-7
 FIRST_GAIN = 0.0  # > 0: accept the first move that cuts the step by this fraction
 
@@ -64,34 +64,36 @@ def peer_candidates(
     return table, cands
 
 
-def phase_proposals(ev: Evaluator, phase: str, inc: Candidate) -> list[Proposal]:
+def phase_proposals(ev: Evaluator, phase: Phase, inc: Candidate) -> list[Proposal]:
     """The moves of one phase for the incumbent, most promising first."""
     tight = bool(at_cap(ev, inc))
-    if phase == "partition":
-        extra = memory_fill_proposals(ev, inc, "partition") if tight else []
+    if phase is Phase.PARTITION:
+        extra = memory_fill_proposals(ev, inc, Phase.PARTITION) if tight else []
         return partition_proposals(ev, inc) + extra
-    if phase == "placement":
+    if phase is Phase.PLACEMENT:
         return placement_proposals(ev, inc)
-    if phase == "schedule":
+    if phase is Phase.SCHEDULE:
         return schedule_proposals(ev, inc) + (recompute_proposals(ev, inc) if tight else [])
-    if phase == "memory":
-        return (
-            memory_repair_proposals(ev, inc)
-            + policy_proposals(ev, inc, "memory")
-            + memory_fill_proposals(ev, inc, "memory")
-            + memory_partition_proposals(ev, inc)
-            + recompute_proposals(ev, inc)
-            + [p for p in placement_proposals(ev, inc) if "swap" in p.description]
-        )
-    raise ValueError(f"unknown phase {phase!r}")
+    return (
+        memory_repair_proposals(ev, inc)
+        + policy_proposals(ev, inc, Phase.MEMORY)
+        + memory_fill_proposals(ev, inc, Phase.MEMORY)
+        + memory_partition_proposals(ev, inc)
+        + recompute_proposals(ev, inc)
+        + [p for p in placement_proposals(ev, inc) if p.move is Move.SWAP]
+    )
 
 
-def rank_phases(inc: Candidate) -> list[str]:
+def rank_phases(inc: Candidate) -> list[Phase]:
     """Phases by the size of the bubble they target (memory first while over the cap)."""
     b = bubble_breakdown(inc.result)
-    score = {"partition": b["imbalance"], "placement": b["boundary"], "schedule": b["interior"]}
+    score = {
+        Phase.PARTITION: b["imbalance"],
+        Phase.PLACEMENT: b["boundary"],
+        Phase.SCHEDULE: b["interior"],
+    }
     ranked = sorted(PHASES, key=lambda ph: (-score[ph], PHASES.index(ph)))
-    return (["memory"] if not inc.fits else []) + ranked
+    return ([Phase.MEMORY] if not inc.fits else []) + ranked
 
 
 class _State:
@@ -147,7 +149,7 @@ class _State:
         """Randomized climbing from ``inc``: a random phase, a random move of it, kept if
         better; stops after ``patience`` moves in a row without a gain (or at the budget)."""
         ev, fails = self.ev, 0
-        phases = [*PHASES, *([] if inc.fits else ["memory"])]
+        phases = [*PHASES, *([] if inc.fits else [Phase.MEMORY])]
         while fails < patience and not ev.out_of_time() and not self.stopped():
             phase = self.rng.choice(phases)
             props = phase_proposals(ev, phase, inc)
@@ -189,7 +191,7 @@ class _State:
             self.it += 1
             props = phase_proposals(ev, phase, inc)
             if not switch_families:
-                props = [p for p in props if not p.description.startswith("switch to")]
+                props = [p for p in props if p.move is not Move.SWITCH_FAMILY]
             if len(props) > 4:  # the seed only breaks ties among the less promising moves
                 tail = props[4:]
                 self.rng.shuffle(tail)
@@ -211,11 +213,11 @@ class _State:
                 inc = best
                 # a new layout reopens every phase; a reorder only reopens the orders
                 if (
-                    phase == "schedule"
+                    phase is Phase.SCHEDULE
                     and best.plan.placement == inc_layout[1]
                     and (best.plan.partition == inc_layout[0])
                 ):
-                    exhausted.discard("memory")
+                    exhausted.discard(Phase.MEMORY)
                 else:
                     exhausted.clear()
                 self.last_accept = time.perf_counter() - self.t0

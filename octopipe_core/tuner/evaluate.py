@@ -25,7 +25,7 @@ from octopipe_core.bounds import LayerTimes
 from octopipe_core.costs import StageCosts, layer_times_ms, stage_costs
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.fill_partition import FillModel, FillResult, solve_fill
-from octopipe_core.plan import Action, Plan
+from octopipe_core.plan import Action, Plan, TextEnum
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
 from octopipe_core.tuner.layouts import DeviceFn, finish_fn
@@ -268,16 +268,50 @@ class Evaluator:
         return key in self._ls_cache
 
 
+class Phase(TextEnum):
+    """What a move fixes first: the partition, the placement, the schedule or memory."""
+
+    PARTITION = "partition"
+    PLACEMENT = "placement"
+    SCHEDULE = "schedule"
+    MEMORY = "memory"
+
+
+class Move(TextEnum):
+    """The kind of change a proposal makes; the search picks moves by kind, never by their
+    descriptions."""
+
+    REBALANCE = "rebalance"  # descent on device loads (or memory)
+    FILL_PARTITION = "fill partition"  # exact fill-aware partition for the layout
+    MIGRATE = "migrate"  # a boundary or chain move of layers between stages
+    SWITCH_FAMILY = "switch family"  # another placement family (1f1b, v, fold, ...)
+    SPLIT_STAGE = "split stage"
+    MERGE_STAGES = "merge stages"
+    SWAP = "swap"  # two stages trade devices
+    RELOCATE = "relocate"  # one stage moves to another device
+    TRADE_LAYER = "trade layer"
+    ADVANCE = "advance"  # an action moves earlier in its device's order
+    DELAY = "delay"  # an action moves later
+    POLICY = "policy"  # re-plan the order with a list-scheduling policy
+    SPLIT_BACKWARD = "split backward"
+    RECOMPUTE = "recompute"
+    STOP_RECOMPUTE = "stop recompute"
+
+
 @dataclass
 class Proposal:
-    """One move: its phase, a description and a thunk that builds (and simulates) it."""
+    """One move: its phase, its kind, a description and a thunk that builds (and simulates)
+    it."""
 
-    phase: str
+    phase: Phase
+    move: Move
     description: str
     build: Callable[[], Candidate | None]
 
 
-def proposal(phase: str, description: str, fn: Callable[[], Candidate | None]) -> Proposal:
+def proposal(
+    phase: Phase, move: Move, description: str, fn: Callable[[], Candidate | None]
+) -> Proposal:
     """A :class:`Proposal` whose candidate is labelled with ``description``."""
 
     def run() -> Candidate | None:
@@ -286,4 +320,4 @@ def proposal(phase: str, description: str, fn: Callable[[], Candidate | None]) -
             c.origin = description
         return c
 
-    return Proposal(phase, description, run)
+    return Proposal(phase, move, description, run)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import accumulate
+from typing import NamedTuple
 
 from octopipe_core.partition import balanced_partition
 
@@ -164,6 +165,23 @@ def chain_moves(
     return part
 
 
+class LayerMove(NamedTuple):
+    """A boundary or chain move: layers pass from stage ``src_stage`` (on ``src_device``)
+    towards stage ``dst_stage`` (on ``dst_device``), giving ``partition``."""
+
+    score: Score
+    partition: list[tuple[int, int]]
+    src_stage: int
+    dst_stage: int
+    src_device: int
+    dst_device: int
+
+    def __str__(self) -> str:
+        return (
+            f"layer s{self.src_stage}->s{self.dst_stage} (d{self.src_device}->d{self.dst_device})"
+        )
+
+
 def partition_neighbours(
     weights: list[float],
     partition: list[tuple[int, int]],
@@ -171,11 +189,11 @@ def partition_neighbours(
     devices: int,
     per_device: DeviceFn | None = None,
     max_chain: int = 64,
-) -> list[tuple[Score, list[tuple[int, int]], str]]:
+) -> list[LayerMove]:
     """Boundary and chain moves off the busiest device, best score first.
 
-    ``per_device`` gives the per-device values to balance (default: loads); each entry is
-    ``(score, partition, description)`` with score (max value, sum of squared values).
+    ``per_device`` gives the per-device values to balance (default: loads); a move's score is
+    (max value, sum of squared values).
     """
     fn = per_device or load_fn(weights, placement, devices)
     loads = fn(partition)
@@ -198,7 +216,7 @@ def partition_neighbours(
             if key in seen:
                 continue
             seen.add(key)
-            out.append((_score(fn(part)), part, f"layer s{s}->s{t} (d{hi}->d{placement[t]})"))
+            out.append(LayerMove(_score(fn(part)), part, s, t, hi, placement[t]))
     out.sort(key=lambda x: x[0])
     return out
 
@@ -219,9 +237,9 @@ def balance_partition(
     cur = _score(fn(part))
     for _ in range(max_steps):
         nb = partition_neighbours(weights, part, placement, D, fn)
-        if not nb or nb[0][0] >= cur:
+        if not nb or nb[0].score >= cur:
             break
-        cur, part = nb[0][0], nb[0][1]
+        cur, part = nb[0].score, nb[0].partition
     return part
 
 

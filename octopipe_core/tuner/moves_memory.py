@@ -17,7 +17,7 @@
 >>> from octopipe_core.tuner.evaluate import Evaluator
 >>> ev = Evaluator(load_sample("nemotron-h-8b"), 4, 8, 40.0)
 >>> inc = ev.from_policies([(0, 14), (14, 28), (28, 41), (41, 54)], [0, 1, 2, 3], "seq")
->>> any("recompute" in p.description for p in recompute_proposals(ev, inc))
+>>> any(p.move is Move.RECOMPUTE for p in recompute_proposals(ev, inc))
 True
 """
 
@@ -25,7 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, Partition, Proposal, proposal
+from octopipe_core.tuner.evaluate import (
+    Candidate,
+    Evaluator,
+    Move,
+    Partition,
+    Phase,
+    Proposal,
+    proposal,
+)
 from octopipe_core.tuner.list_scheduler import POLICIES
 
 TIGHT = 0.95  # a device whose peak is above this share of the cap is "at the cap"
@@ -39,7 +47,7 @@ def at_cap(ev: Evaluator, inc: Candidate) -> list[int]:
     return sorted(tight, key=lambda d: -peaks[d])
 
 
-def memory_fill_proposals(ev: Evaluator, inc: Candidate, phase: str) -> list[Proposal]:
+def memory_fill_proposals(ev: Evaluator, inc: Candidate, phase: Phase) -> list[Proposal]:
     """Memory-aware fill-aware partitions of the incumbent's placement (module docstring)."""
     from octopipe_core.tuner.moves_partition import evaluate_partition
 
@@ -53,7 +61,8 @@ def memory_fill_proposals(ev: Evaluator, inc: Candidate, phase: str) -> list[Pro
             continue
         seen.add(tuple(new))
         desc = f"memory-aware fill partition (x{f:g} activations in flight)"
-        out.append(proposal(phase, desc, _part(ev, inc, new, evaluate_partition)))
+        thunk = _part(ev, inc, new, evaluate_partition)
+        out.append(proposal(phase, Move.FILL_PARTITION, desc, thunk))
     return out
 
 
@@ -70,7 +79,7 @@ def recompute_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> list[P
     part, place = plan.partition, plan.placement
     rec = set(plan.recompute)
     full = ev.costs(part)  # activations without recomputation
-    phase = "memory" if not inc.fits else "schedule"
+    phase = Phase.MEMORY if not inc.fits else Phase.SCHEDULE
     out: list[Proposal] = []
     for d in at_cap(ev, inc):
         stages = [s for s in range(len(part)) if place[s] == d and s not in rec]
@@ -78,12 +87,13 @@ def recompute_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> list[P
         for s in stages[:limit]:
             new = sorted(rec | {s})
             desc = f"recompute stage {s} (d{d}, {full.activation_mib[s]:.0f} MiB per micro-batch)"
-            out.append(proposal(phase, desc, _rec(ev, part, place, new)))
+            out.append(proposal(phase, Move.RECOMPUTE, desc, _rec(ev, part, place, new)))
         if len(out) >= limit:
             break
     for s in sorted(rec):
         new = sorted(rec - {s})
-        out.append(proposal(phase, f"stop recomputing stage {s}", _rec(ev, part, place, new)))
+        desc = f"stop recomputing stage {s}"
+        out.append(proposal(phase, Move.STOP_RECOMPUTE, desc, _rec(ev, part, place, new)))
     return out
 
 

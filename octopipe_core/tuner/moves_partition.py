@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, Partition, Proposal, better, proposal
+from octopipe_core.tuner.evaluate import (
+    Candidate,
+    Evaluator,
+    Move,
+    Partition,
+    Phase,
+    Proposal,
+    better,
+    proposal,
+)
 from octopipe_core.tuner.layouts import balance_partition, chain_moves, partition_neighbours
 from octopipe_core.tuner.list_scheduler import POLICIES
 
@@ -55,16 +64,23 @@ def partition_proposals(ev: Evaluator, inc: Candidate, limit: int = 8) -> list[P
     full = balance_partition(ev.weights, part, place, D)
     fill = ev.fill_partition(place, start=part).partition or full
     seen = {tuple(part)}
-    for new, desc in ((full, "rebalance device loads"), (fill, "fill-aware partition")):
+    for new, move, desc in (
+        (full, Move.REBALANCE, "rebalance device loads"),
+        (fill, Move.FILL_PARTITION, "fill-aware partition"),
+    ):
         if tuple(new) not in seen:
             seen.add(tuple(new))
-            out.append(proposal("partition", desc, _bind(ev, inc, new)))
+            out.append(proposal(Phase.PARTITION, move, desc, _bind(ev, inc, new)))
     moves = partition_neighbours(ev.weights, part, place, D, fin_fn)[: limit // 2]
     moves += partition_neighbours(ev.weights, part, place, D)[:limit]
-    for _sc, new, desc in moves:
-        if tuple(new) not in seen and len(out) < limit + 2:
-            seen.add(tuple(new))
-            out.append(proposal("partition", f"migrate {desc}", _bind(ev, inc, new)))
+    for mv in moves:
+        if tuple(mv.partition) not in seen and len(out) < limit + 2:
+            seen.add(tuple(mv.partition))
+            out.append(
+                proposal(
+                    Phase.PARTITION, Move.MIGRATE, f"migrate {mv}", _bind(ev, inc, mv.partition)
+                )
+            )
     # every single-layer shift at the boundaries of the device that finishes last
     r = inc.result
     ends = [0.0] * D
@@ -77,7 +93,7 @@ def partition_proposals(ev: Evaluator, inc: Candidate, limit: int = 8) -> list[P
             if moved is not None and tuple(moved) not in seen:
                 seen.add(tuple(moved))
                 desc = f"migrate layer s{s}->s{t} (d{last}, last to finish)"
-                out.append(proposal("partition", desc, _bind(ev, inc, moved)))
+                out.append(proposal(Phase.PARTITION, Move.MIGRATE, desc, _bind(ev, inc, moved)))
     return out
 
 
@@ -94,11 +110,17 @@ def memory_partition_proposals(ev: Evaluator, inc: Candidate, limit: int = 6) ->
     full = balance_partition(mem_w, part, place, D)
     if full != part:
         out.append(
-            proposal("memory", "memory: rebalance weights+activations", _bind(ev, inc, full))
+            proposal(
+                Phase.MEMORY,
+                Move.REBALANCE,
+                "memory: rebalance weights+activations",
+                _bind(ev, inc, full),
+            )
         )
     moves = partition_neighbours(mem_w, part, place, D)
-    moves = [mv for mv in moves if f"(d{hi}->" in mv[2]] or moves
-    for _sc, new, desc in moves[:limit]:
-        if new != full:
-            out.append(proposal("memory", f"memory: migrate {desc}", _bind(ev, inc, new)))
+    moves = [mv for mv in moves if mv.src_device == hi] or moves
+    for mv in moves[:limit]:
+        if mv.partition != full:
+            desc = f"memory: migrate {mv}"
+            out.append(proposal(Phase.MEMORY, Move.MIGRATE, desc, _bind(ev, inc, mv.partition)))
     return out

@@ -18,7 +18,8 @@ Every layout is list-scheduled with a few policies.
 >>> prof = Profile.from_dict(example_profile_dict())
 >>> ev = Evaluator(prof, devices=2, microbatches=4, cap_gib=80.0)
 >>> inc = ev.from_policies([(0, 2), (2, 4)], [0, 1], "start")
->>> "switch to v" in [p.description for p in placement_proposals(ev, inc)]
+>>> "switch to v" in [p.description for p in placement_proposals(ev, inc)
+...                   if p.move is Move.SWITCH_FAMILY]
 True
 """
 
@@ -26,7 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, Partition, Proposal, proposal
+from octopipe_core.tuner.evaluate import (
+    Candidate,
+    Evaluator,
+    Move,
+    Partition,
+    Phase,
+    Proposal,
+    proposal,
+)
 from octopipe_core.tuner.layouts import (
     FAMILIES,
     balance_partition,
@@ -36,6 +45,7 @@ from octopipe_core.tuner.layouts import (
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
 
+P = Phase.PLACEMENT
 SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
 FAM_POL = POLICIES[:3]  # policies tried on a new layout family (local moves try two)
 
@@ -83,7 +93,7 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
                 ranked.append((res.objective_ms, name, res.partition, place))
     ranked.sort(key=lambda x: x[0])
     out = [
-        proposal("placement", f"switch to {fam}", _layout(ev, part, place, FAM_POL))
+        proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", _layout(ev, part, place, FAM_POL))
         for _obj, fam, part, place in ranked[: top * len(memory)]
     ]
     for fam in FAMILIES:
@@ -92,7 +102,7 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
             continue
         part = family_partition(ev.weights, fam, p)
         desc = f"switch to {fam} (device-balanced partition)"
-        out.append(proposal("placement", desc, _layout(ev, part, place, FAM_POL)))
+        out.append(proposal(P, Move.SWITCH_FAMILY, desc, _layout(ev, part, place, FAM_POL)))
     return out
 
 
@@ -137,13 +147,14 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
             new_place = [*place[: s + 1], d, *place[s + 1 :]]
             bal = balance_partition(w, new, new_place, D)
             desc = f"split s{s} -> new stage on d{d}"
-            local.append(proposal("placement", desc, _layout(ev, bal, new_place)))
+            local.append(proposal(P, Move.SPLIT_STAGE, desc, _layout(ev, bal, new_place)))
     # merge adjacent stages on the same device
     for s in range(S - 1):
         if place[s] == place[s + 1]:
             new = [*part[:s], (part[s][0], part[s + 1][1]), *part[s + 2 :]]
             new_place = place[:s] + place[s + 1 :]
-            local.append(proposal("placement", f"merge s{s}+s{s + 1}", _layout(ev, new, new_place)))
+            desc = f"merge s{s}+s{s + 1}"
+            local.append(proposal(P, Move.MERGE_STAGES, desc, _layout(ev, new, new_place)))
     # swap the devices of two stages (time-heavy with light, memory-heavy with roomy)
     pairs = [(hi, lo), (mem_hi, mem_lo)]
     for da, db in dict.fromkeys(pairs):
@@ -155,7 +166,7 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
                 new_place[sa], new_place[sb] = db, da
                 bal = balance_partition(w, part, new_place, D)
                 desc = f"swap s{sa}(d{da}) <-> s{sb}(d{db})"
-                local.append(proposal("placement", desc, _layout(ev, bal, new_place)))
+                local.append(proposal(P, Move.SWAP, desc, _layout(ev, bal, new_place)))
     # small layouts: every pairwise swap and every single-stage relocation
     if S <= SMALL_LAYOUT:
         for sa in range(S):
@@ -164,14 +175,14 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
                     new_place = list(place)
                     new_place[sa], new_place[sb] = place[sb], place[sa]
                     desc = f"swap s{sa}(d{place[sa]}) <-> s{sb}(d{place[sb]})"
-                    local.append(proposal("placement", desc, _layout(ev, part, new_place)))
+                    local.append(proposal(P, Move.SWAP, desc, _layout(ev, part, new_place)))
             if place.count(place[sa]) > 1:
                 for d in range(D):
                     if d != place[sa]:
                         new_place = list(place)
                         new_place[sa] = d
                         desc = f"relocate s{sa} to d{d}"
-                        local.append(proposal("placement", desc, _layout(ev, part, new_place)))
+                        local.append(proposal(P, Move.RELOCATE, desc, _layout(ev, part, new_place)))
     # trade: shorten the first and last stages by one layer
     for s, t in ((0, 1), (S - 1, S - 2)):
         if 0 <= t < S and part[s][1] - part[s][0] >= 2:
@@ -181,6 +192,6 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
             else:
                 new[s], new[t] = (part[s][0] + 1, part[s][1]), (part[t][0], part[t][1] + 1)
             local.append(
-                proposal("placement", f"trade a layer s{s}->s{t}", _layout(ev, new, place))
+                proposal(P, Move.TRADE_LAYER, f"trade a layer s{s}->s{t}", _layout(ev, new, place))
             )
     return out + local[: max(limit, len(local) if S <= SMALL_LAYOUT else 0)]

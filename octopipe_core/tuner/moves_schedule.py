@@ -19,7 +19,7 @@ Every move is checked by the simulator (a reorder that deadlocks is dropped).
 >>> ev = Evaluator(prof, devices=2, microbatches=4, cap_gib=80.0)
 >>> peer = build_plan(prof, "1f1b", 2, 4)
 >>> inc = ev.from_order(peer.partition, peer.placement, peer.schedule, "1f1b")
->>> any(p.description == "split fused backward" for p in schedule_proposals(ev, inc))
+>>> any(p.move is Move.SPLIT_BACKWARD for p in schedule_proposals(ev, inc))
 True
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from octopipe_core.plan import Action, Kind, backward_kinds, producers
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, Proposal, proposal
+from octopipe_core.tuner.evaluate import Candidate, Evaluator, Move, Phase, Proposal, proposal
 from octopipe_core.tuner.list_scheduler import POLICIES, Policy
 
 _EPS = 1e-9
@@ -146,7 +146,7 @@ def advance_proposals(
             picked[cls] += 1
             new = _moved(order, d, j, k)
             desc = f"advance {a} into the {gap_end - gap_start:.2f} ms gap before {acts[k]}"
-            out.append(proposal("schedule", desc, _order_thunk(ev, inc, new)))
+            out.append(proposal(Phase.SCHEDULE, Move.ADVANCE, desc, _order_thunk(ev, inc, new)))
             if picked["FB"] >= 2 and picked["W"] >= 1:
                 break
     return out
@@ -170,7 +170,7 @@ def critical_proposals(ev: Evaluator, inc: Candidate, tl: Timeline, top: int = 8
             if t < k and (t not in loc) and all(pk < t for pk in loc):
                 new = _moved(order, d, k, t)
                 desc = f"advance critical {a} by {k - t} (waited {delay:.2f} ms on d{d})"
-                out.append(proposal("schedule", desc, _order_thunk(ev, inc, new)))
+                out.append(proposal(Phase.SCHEDULE, Move.ADVANCE, desc, _order_thunk(ev, inc, new)))
     return out
 
 
@@ -203,7 +203,7 @@ def delay_w_proposals(ev: Evaluator, inc: Candidate, tl: Timeline, top: int = 6)
                 continue
             new = _moved(order, d, k, t)
             desc = f"delay {acts[k]} (held the next action {held:.2f} ms) to position {t}"
-            out.append(proposal("schedule", desc, _order_thunk(ev, inc, new)))
+            out.append(proposal(Phase.SCHEDULE, Move.DELAY, desc, _order_thunk(ev, inc, new)))
     return out
 
 
@@ -259,7 +259,7 @@ def memory_repair_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> li
             if a.kind == "W" and tl.pos[Action(a.stage, Kind.B, a.mb)][1] < kf:
                 new = _moved(plan.schedule, d, j, kf)
                 desc = f"advance {a} before {acts[kf]} on d{d} (frees its stash under the cap)"
-                out.append(proposal("memory", desc, _order_thunk(ev, inc, new)))
+                out.append(proposal(Phase.MEMORY, Move.ADVANCE, desc, _order_thunk(ev, inc, new)))
                 n += 1
                 if n >= limit:
                     break
@@ -267,11 +267,13 @@ def memory_repair_proposals(ev: Evaluator, inc: Candidate, limit: int = 4) -> li
         if kb is not None:
             new = _moved(plan.schedule, d, kf, kb + 1)
             desc = f"delay {acts[kf]} after {acts[kb]} on d{d} (lower peak)"
-            out.append(proposal("memory", desc, _order_thunk(ev, inc, new)))
+            out.append(proposal(Phase.MEMORY, Move.DELAY, desc, _order_thunk(ev, inc, new)))
     return out
 
 
-def policy_proposals(ev: Evaluator, inc: Candidate, phase: str = "schedule") -> list[Proposal]:
+def policy_proposals(
+    ev: Evaluator, inc: Candidate, phase: Phase = Phase.SCHEDULE
+) -> list[Proposal]:
     """List-schedule the current layout with each policy not tried on it yet."""
     plan = inc.plan
     out = []
@@ -283,7 +285,7 @@ def policy_proposals(ev: Evaluator, inc: Candidate, phase: str = "schedule") -> 
         def build(pol: Policy = pol) -> Candidate | None:
             return ev.from_policies(plan.partition, plan.placement, "", (pol,), recompute=rec)
 
-        out.append(proposal(phase, f"re-plan with {pol.name}", build))
+        out.append(proposal(phase, Move.POLICY, f"re-plan with {pol.name}", build))
     return out
 
 
@@ -292,7 +294,8 @@ def schedule_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
     out = policy_proposals(ev, inc)
     split = split_backward(inc.plan.schedule)
     if split is not None:
-        out.append(proposal("schedule", "split fused backward", _order_thunk(ev, inc, split)))
+        thunk = _order_thunk(ev, inc, split)
+        out.append(proposal(Phase.SCHEDULE, Move.SPLIT_BACKWARD, "split fused backward", thunk))
         return out
     tl = Timeline(inc)
     out += critical_proposals(ev, inc, tl)

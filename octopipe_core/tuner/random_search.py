@@ -30,7 +30,7 @@ from itertools import pairwise
 from typing import Any
 
 from octopipe_core.profile import Profile
-from octopipe_core.tuner.evaluate import Candidate, Evaluator, better
+from octopipe_core.tuner.evaluate import Candidate, Evaluator, Phase, better
 from octopipe_core.tuner.layouts import FAMILIES, family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES
 from octopipe_core.tuner.search import (
@@ -84,7 +84,7 @@ def random_search(
     while not stop and not ev.out_of_time():
         if max_evaluations is not None and ev.evaluations >= max_evaluations:
             break
-        phases = list(PHASES) + ([] if inc.fits else ["memory"])
+        phases = list(PHASES) + ([] if inc.fits else [Phase.MEMORY])
         phase = rng.choice(phases)
         props = phase_proposals(ev, phase, inc)
         if not props:
