@@ -30,9 +30,10 @@ from octopipe_core.cluster import load_cluster_sample
 from octopipe_core.cluster_plan import rank_layouts
 from octopipe_core.dp_order import order_w_for_dp
 from octopipe_core.layout import deploy
+from octopipe_core.peers import peer_table
 from octopipe_core.profile import load_sample
 from octopipe_core.scaling import ScalingPoint, scaling_study
-from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
+from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
 from octopipe_core.tuner import tune
 
@@ -102,16 +103,10 @@ def cluster_gain(budget: float) -> str:
         for order in ("tp-dp-pp", "tp-pp-dp"):
             pp, dp, m = 8, 16, 32
             p = deploy(flat_prof, c, pp, dp, order=order)
-            peers = {}
-            for s in SCHEDULES:
-                for part in PARTITIONS:
-                    try:
-                        r = simulate(p, build_plan(p, s, pp, m, partition=part))
-                    except Exception:  # a peer that cannot be built for this size
-                        continue
-                    peers[f"{s}/{part}"] = r
-            fitting = {k: r.step_time_ms for k, r in peers.items() if r.fits_memory}
-            best_peer = min(fitting, key=fitting.__getitem__)
+            peers = peer_table(p, pp, m)
+            best = peers.best()
+            one_ms = peers.step_ms("1f1b/uniform")
+            assert best is not None and best.step_time_ms is not None and one_ms is not None
             res = tune(p, pp, m, time_budget_s=budget)
             tuned = order_w_for_dp(p, res.plan)
             t_ms = tuned.step_time_ms
@@ -122,8 +117,8 @@ def cluster_gain(budget: float) -> str:
             at_end = simulate(p_end, tuned.plan).step_time_ms
             both = simulate(p_end, flat.plan).step_time_ms  # flat-tuned, reductions at end
             rows.append([
-                name, order, peers["1f1b/uniform"].step_time_ms, best_peer, fitting[best_peer],
-                t_ms, peers["1f1b/uniform"].step_time_ms / t_ms, fitting[best_peer] / t_ms,
+                name, order, one_ms, best.key, best.step_time_ms,
+                t_ms, one_ms / t_ms, best.step_time_ms / t_ms,
                 flat_on_cluster, flat_on_cluster / t_ms, at_end, at_end / t_ms,
                 both, both / t_ms, tuned.result.fits_memory,
             ])  # fmt: skip

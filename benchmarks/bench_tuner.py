@@ -69,12 +69,6 @@ def cells(ps: list[int]) -> list[tuple[str, int, int]]:
     return out
 
 
-def best_peer(baselines: dict[str, dict[str, Any]]) -> tuple[str, float] | None:
-    ok = [(k, v["step_time_ms"]) for k, v in baselines.items()
-          if "error" not in v and v["fits_memory"]]  # fmt: skip
-    return min(ok, key=lambda kv: kv[1]) if ok else None
-
-
 # ---- 1. grid ------------------------------------------------------------------------------
 def run_cell(name: str, p: int, m: int, scale: float) -> dict[str, Any]:
     prof = load_sample(name)
@@ -83,7 +77,7 @@ def run_cell(name: str, p: int, m: int, scale: float) -> dict[str, Any]:
     r = tune(prof, p, m, time_budget_s=b, seed=0)
     u = tune(prof, p, m, memory_gib=UNCAPPED_GIB, time_budget_s=b / 2, seed=0,
              seed_plans=[r.plan])  # fmt: skip
-    bp = best_peer(r.baselines)
+    bp = r.best_peer()
     bounds = r.bounds
     assert bounds is not None
     binds = u.step_time_ms < r.step_time_ms * (1 - 1e-3)

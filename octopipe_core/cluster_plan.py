@@ -248,9 +248,9 @@ def tune_layout(row: LayoutRow, time_budget_s: float, seed: int = 0) -> None:
     bp = res.best_peer()
     if bp is not None:
         row.best_peer, row.best_peer_ms = bp
-    one = res.baselines.get("1f1b/uniform", {})
-    if "step_time_ms" in one:
-        row.peer_1f1b_ms = one["step_time_ms"]
+    one_ms = res.baselines.step_ms("1f1b/uniform")
+    if one_ms is not None:
+        row.peer_1f1b_ms = one_ms
     if (not r.fits_memory, r.step_time_ms) < (not row.fits_memory, row.step_time_ms):
         layout_family = res.plan.meta.get("tuner", {}).get("layout", "tuned")
         pol.plan.name = f"tuned ({layout_family})"

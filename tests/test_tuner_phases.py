@@ -76,8 +76,8 @@ def test_partition_phase_gives_heavy_lm_head_its_own_stage():
 
 def test_tune_on_heavy_head_matches_best_peer_and_isolates_head():
     r = tune(heavy_head(), 4, 8, time_budget_s=3, restarts=1)
-    fitting = [v["step_time_ms"] for v in r.baselines.values() if v.get("fits_memory")]
-    assert r.step_time_ms <= min(fitting) + 1e-6
+    fitting = [v.step_time_ms for v in r.baselines.values() if v.fits_memory and v.step_time_ms]
+    assert fitting and r.step_time_ms <= min(fitting) + 1e-6
     head_stage = next(s for s, (a, b) in enumerate(r.plan.partition) if a <= 8 < b)
     assert r.plan.partition[head_stage] == (8, 9)
 
@@ -86,8 +86,8 @@ def test_tune_on_heavy_head_matches_best_peer_and_isolates_head():
 def test_moe_block_is_placed_only_where_it_fits():
     prof = moe_memory()
     r = tune(prof, 4, 4, time_budget_s=4, restarts=1)
-    peers = [v for v in r.baselines.values() if "error" not in v]
-    assert peers and not any(v["fits_memory"] for v in peers)  # no peer plan fits 16 GiB
+    peers = [v for v in r.baselines.values() if v.ok]
+    assert peers and not any(v.fits_memory for v in peers)  # no peer plan fits 16 GiB
     assert r.fits_memory and max(r.peak_memory_gib) <= 16.0 + 1e-9
     dev_of_layer = {}
     for s, (a, b) in enumerate(r.plan.partition):
@@ -120,7 +120,8 @@ def test_tune_defers_w_when_memory_allows():
     r = tune(w_heavy(), 2, 4, time_budget_s=3, restarts=1)
     assert r.fits_memory
     assert _w_after_f(r.plan)
-    assert r.step_time_ms < r.baselines["1f1b/uniform"]["step_time_ms"]
+    one_ms = r.baselines.step_ms("1f1b/uniform")
+    assert one_ms is not None and r.step_time_ms < one_ms
 
 
 # ---- memory ---------------------------------------------------------------------------------

@@ -62,8 +62,8 @@ def default_picks(choices: dict[str, str]) -> list[str]:
         default.append(state.AUTO_TUNED)
     else:
         best = state.best_peer()
-        if best and best[0] in choices and best[0] not in default:
-            default.append(best[0])
+        if best and best.key in choices and best.key not in default:
+            default.append(best.key)
     return default
 
 

@@ -43,7 +43,7 @@ from app.components import (
 )
 from app.components.analysis import Settings
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.peers import baselines
+from octopipe_core.peers import PeerScore, PeerTable, peer_table
 from octopipe_core.plan import Plan
 from octopipe_core.profile import Profile, list_samples, load_sample
 from octopipe_core.schedules import PARTITIONS, SCHEDULES
@@ -456,11 +456,13 @@ def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: flo
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
-def cached_baselines(profile: Profile, devices: int, mbs: int, chunks: int, cap: float) -> dict:
+def cached_baselines(
+    profile: Profile, devices: int, mbs: int, chunks: int, cap: float
+) -> PeerTable:
     guard.check_settings(
         Settings(devices=devices, microbatches=mbs, chunks=chunks), profile.num_layers
     )
-    return baselines(profile, devices, mbs, chunks, cap)
+    return peer_table(profile, devices, mbs, chunks, cap)
 
 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=HASH_FUNCS)
@@ -550,25 +552,20 @@ def tuned_plan_js() -> str | None:
     return None
 
 
-def best_peer() -> tuple[str, dict[str, Any]] | None:
-    """The fastest peer that fits the memory cap (or the fastest at all), by ``baselines``."""
+def best_peer() -> PeerScore | None:
+    """The fastest peer that fits the memory cap (or the fastest at all), by ``peer_table``."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
-    ok = {k: v for k, v in res.items() if "error" not in v}
-    if not ok:
-        return None
-    fits = {k: v for k, v in ok.items() if v["fits_memory"]} or ok
-    key = min(fits, key=lambda k: fits[k]["step_time_ms"])
-    return key, fits[key]
+    table = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
+    return table.best() or table.best(fitting=False)
 
 
 def fitting_peer(exclude: str | None = None) -> str | None:
     """The fastest peer (``schedule/partition``) that fits the memory cap, other than
     ``exclude``; None when none fits."""
     s = settings()
-    res = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
-    fits = {k: v for k, v in res.items() if "error" not in v and v["fits_memory"] and k != exclude}
-    return min(fits, key=lambda k: fits[k]["step_time_ms"]) if fits else None
+    table = cached_baselines(profile(), s.devices, s.microbatches, s.chunks, memory_cap())
+    best = table.best(exclude=exclude)
+    return best.key if best is not None else None
 
 
 AUTO_TUNE_BUDGET_S = 3.0
@@ -607,7 +604,7 @@ def auto_tuned_js() -> str | None:
 
 def challenger() -> tuple[str, str] | None:
     """The plan shown against 1F1B by default: the session's tuned plan, else a quick tuned
-    plan, else the best peer by ``baselines``."""
+    plan, else the best peer by ``peer_table``."""
     js = tuned_plan_js()
     if js:
         return "tuned", js
@@ -617,7 +614,7 @@ def challenger() -> tuple[str, str] | None:
     best = best_peer()
     if best is None:
         return None
-    return f"best peer: {best[0]}", peer_plan_js(best[0])
+    return f"best peer: {best.key}", peer_plan_js(best.key)
 
 
 def plan_choices() -> dict[str, str]:

@@ -15,7 +15,7 @@ from octopipe_core.commands.common import (
     table,
 )
 from octopipe_core.errors import OctoPipeError
-from octopipe_core.peers import PeerRun, baselines, run_peers
+from octopipe_core.peers import PeerRun, PeerTable, baselines, run_peers
 from octopipe_core.profile import Profile
 from octopipe_core.schedules import PARTITIONS, SCHEDULES
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                 "profile": prof.name,
                 "devices": args.devices,
                 "microbatches": args.microbatches,
-                "baselines": {r.key: r.row() for r in runs},
+                "baselines": PeerTable.of(runs).to_json(),
                 **({"plans": [str(p) for p in saved]} if out_dir else {}),
             }
         )

@@ -126,14 +126,7 @@ def run(args: argparse.Namespace) -> int:
         out = str(out_path)
     if args.json:
         d = res.to_dict()
-        baselines = {
-            k: (
-                {"error": v["error"]}
-                if "error" in v
-                else {"step_time_ms": v["step_time_ms"], "fits_memory": v["fits_memory"]}
-            )
-            for k, v in d.pop("baselines").items()
-        }
+        d.pop("baselines")  # printed last, each peer's step time and fit only
         print_json(
             {
                 "profile": prof.name,
@@ -141,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 "microbatches": args.microbatches,
                 **d,
                 "plan": out,
-                "baselines": baselines,
+                "baselines": res.baselines.to_json(("step_time_ms", "fits_memory")),
             }
         )
     else:

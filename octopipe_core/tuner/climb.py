@@ -18,8 +18,9 @@ import random
 import time
 from typing import Any
 
-from octopipe_core.errors import OctoPipeError
-from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
+from octopipe_core.peers import PeerTable, run_peers
+from octopipe_core.plan import Plan
+from octopipe_core.simulator import SimResult
 from octopipe_core.tuner.diagnose import bubble_breakdown
 from octopipe_core.tuner.evaluate import Candidate, Evaluator, Move, Phase, Proposal, better
 from octopipe_core.tuner.moves_memory import at_cap, memory_fill_proposals, recompute_proposals
@@ -37,31 +38,20 @@ ACCEPT_REL = 1e-7
 FIRST_GAIN = 0.0  # > 0: accept the first move that cuts the step by this fraction
 
 
-def peer_candidates(
-    ev: Evaluator, chunks: int = 2
-) -> tuple[dict[str, dict[str, Any]], list[Candidate]]:
-    """Every peer schedule with each partition: the baselines table and their candidates."""
-    table: dict[str, dict[str, Any]] = {}
+def peer_candidates(ev: Evaluator, chunks: int = 2) -> tuple[PeerTable, list[Candidate]]:
+    """Every peer schedule with each partition: the peer table (``peers.run_peers``, simulated
+    through the evaluator) and the candidates of the peers that could be built."""
     cands: list[Candidate] = []
-    for sched in SCHEDULES:
-        for part in PARTITIONS:
-            key = f"{sched}/{part}"
-            try:
-                plan = build_plan(ev.profile, sched, ev.devices, ev.microbatches, chunks, part)
-            except OctoPipeError as e:
-                table[key] = {"error": str(e)}
-                continue
-            c = ev.from_order(plan.partition, plan.placement, plan.schedule, key)
-            if c is None:
-                table[key] = {"error": "deadlocks"}
-                continue
-            table[key] = {
-                "step_time_ms": round(c.step_ms, 6),
-                "fits_memory": c.fits,
-                "peak_memory_gib": [round(x, 4) for x in c.peak_gib],
-            }
-            cands.append(c)
-    return table, cands
+
+    def evaluate(key: str, plan: Plan) -> SimResult | None:
+        c = ev.from_order(plan.partition, plan.placement, plan.schedule, key)
+        if c is None:
+            return None
+        cands.append(c)
+        return c.result
+
+    runs = run_peers(ev.profile, ev.devices, ev.microbatches, chunks, ev.cap_gib, evaluate)
+    return PeerTable.of(runs, detail=False), cands
 
 
 def phase_proposals(ev: Evaluator, phase: Phase, inc: Candidate) -> list[Proposal]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from octopipe_core.bounds import Bounds, plan_bounds
+from octopipe_core.peers import TUNE_METRICS, PeerTable
 from octopipe_core.plan import Plan
 from octopipe_core.simulator import SimResult
 from octopipe_core.tuner.diagnose import explain_gap
@@ -56,7 +57,7 @@ class TuneResult:
     converged: bool
     start: str
     start_step_time_ms: float
-    baselines: dict[str, dict[str, Any]]
+    baselines: PeerTable
     history: list[dict[str, Any]] = field(default_factory=list)
     shortfall: dict[str, Any] | None = None
     why: str = ""
@@ -94,19 +95,17 @@ class TuneResult:
 
     def best_peer(self, fitting: bool = True) -> tuple[str, float] | None:
         """The fastest peer plan (that fits the cap when ``fitting``), as (key, step ms)."""
-        ok = [
-            (k, v["step_time_ms"])
-            for k, v in self.baselines.items()
-            if "error" not in v and (v["fits_memory"] or not fitting)
-        ]
-        return min(ok, key=lambda kv: kv[1]) if ok else None
+        best = self.baselines.best(fitting)
+        if best is None or best.step_time_ms is None:
+            return None
+        return best.key, best.step_time_ms
 
     def speedup_over(self, key: str) -> float | None:
         """Peer step time / tuned step time (None if the peer could not be built)."""
-        v = self.baselines.get(key, {})
-        if "step_time_ms" not in v or self.step_time_ms <= 0:
+        peer_ms = self.baselines.step_ms(key)
+        if peer_ms is None or self.step_time_ms <= 0:
             return None
-        return v["step_time_ms"] / self.step_time_ms
+        return peer_ms / self.step_time_ms
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the ``octopipe tune --json`` object, minus the plan path)."""
@@ -143,7 +142,7 @@ class TuneResult:
             "partition": [list(r) for r in self.plan.partition],
             "placement": list(self.plan.placement),
             "history": self.history,
-            "baselines": self.baselines,
+            "baselines": self.baselines.to_json(TUNE_METRICS),
         }
 
 
@@ -170,7 +169,7 @@ def balance_bound(ev: Evaluator, plan: Plan | None = None) -> float:
 def _finish(
     ev: Evaluator,
     inc: Candidate,
-    baselines: dict[str, dict[str, Any]],
+    baselines: PeerTable,
     history: list[dict[str, Any]],
     iterations: int,
     search_time: float,

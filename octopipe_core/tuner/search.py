@@ -32,7 +32,7 @@ extra starting plans (e.g. the plan tuned under a memory cap, when tuning withou
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> prof = Profile.from_dict(example_profile_dict())
 >>> res = tune(prof, devices=2, microbatches=4, time_budget_s=5)
->>> res.fits_memory and res.step_time_ms <= res.baselines["1f1b/uniform"]["step_time_ms"]
+>>> res.fits_memory and res.step_time_ms <= res.baselines["1f1b/uniform"].step_time_ms
 True
 """
 
