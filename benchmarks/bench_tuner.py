@@ -128,7 +128,7 @@ def grid_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def bounds_lines(rows: list[dict[str, Any]]) -> list[str]:
     keys = ("total_ms", "any_assignment_ms", "layer_ms", "granularity_ms", "packing_ms",
-            "contiguous_ms")  # fmt: skip
+            "fill_packing_ms", "contiguous_ms")  # fmt: skip
     out = ["| profile | p | m | " + " | ".join(k[:-3] for k in keys) + " | tuned |",
            "|" + "---|" * (4 + len(keys))]  # fmt: skip
     for r in rows:

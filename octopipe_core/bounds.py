@@ -26,6 +26,12 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
   ``C``, decided by a breadth-first search over the counts of each layer cost left, times
   ``m``; when that search is too large, the smallest ``C`` that Martello and Toth's L2 bin
   count does not rule out;
+* **fill and drain, whole layers** (``fill_packing_ms``): the any-assignment bound with
+  indivisible layers and without the nesting: the smallest ``T`` such that the layers pack
+  into devices whose ``k``-th (by lowest layer) holds ``m * work <= T - P_k`` and
+  ``m * (f + b) <= T - P_k - Q_k``, exactly, by the same search over counts
+  (``fill_packing_bound``); the largest of the others when it is not larger, 0 when the
+  search is too large;
 * **contiguous** (``contiguous_ms``): for plans with one contiguous layer range per device
   (1F1B, ZB-H1/H2 and the ``seq`` family only): the exact minimum over such partitions of the
   largest ``start + m * load`` (fill and drain as above, plus one link latency per stage
@@ -41,7 +47,7 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
@@ -95,6 +101,7 @@ class Bounds:
     granularity_ms: float
     contiguous_ms: float | None = None
     packing_ms: float = 0.0
+    fill_packing_ms: float = 0.0
 
     @property
     def universal(self) -> dict[str, float]:
@@ -105,6 +112,7 @@ class Bounds:
             "layer": self.layer_ms,
             "granularity": self.granularity_ms,
             "packing": self.packing_ms,
+            "fill_packing": self.fill_packing_ms,
         }
 
     @property
@@ -128,6 +136,7 @@ class Bounds:
             "layer_ms": r(self.layer_ms),
             "granularity_ms": r(self.granularity_ms),
             "packing_ms": r(self.packing_ms),
+            "fill_packing_ms": r(self.fill_packing_ms),
             "contiguous_ms": r(self.contiguous_ms),
             "best_ms": r(self.best_ms),
             "best": self.best_name,
@@ -382,6 +391,159 @@ def _l2_bound(items: list[float], devices: int, lo: float) -> float:
     return lo
 
 
+def _configs(
+    values: list[tuple[float, float]], counts: list[int], cap_w: float, cap_fb: float, limit: int
+) -> Any:
+    """Every count vector ``c <= counts`` of the layer kinds ``values`` (work, F+B) whose sums
+    fit ``(cap_w, cap_fb)``, as an array with its two sums; None past ``limit`` vectors."""
+    import numpy as np
+
+    rows: list[tuple[int, ...]] = []
+
+    def gen(t: int, sw: float, sf: float, cur: list[int]) -> bool:
+        if t == len(values):
+            rows.append(tuple(cur))
+            return len(rows) <= limit
+        k = 0
+        vw, vf = values[t]
+        while k <= counts[t] and sw + k * vw <= cap_w and sf + k * vf <= cap_fb:
+            cur.append(k)
+            ok = gen(t + 1, sw + k * vw, sf + k * vf, cur)
+            cur.pop()
+            if not ok:
+                return False
+            k += 1
+        return True
+
+    if not gen(0, 0.0, 0.0, []):
+        return None
+    c = np.array(rows, dtype=np.int64).reshape(len(rows), len(values))
+    vw = np.array([v[0] for v in values])
+    vf = np.array([v[1] for v in values])
+    return c, c @ vw, c @ vf
+
+
+def fill_packing_bound(
+    lt: LayerTimes,
+    devices: int,
+    microbatches: int,
+    hop_ms: float = 0.0,
+    floor_ms: float = 0.0,
+    limit: int = 400_000_000,
+    rel_tol: float = 1e-5,
+) -> float:
+    """The any-assignment bound with indivisible layers: the smallest ``T`` (bisection, the
+    returned value infeasible hence a bound) such that the layers pack into ``p`` devices,
+    the ``k``-th (by lowest layer) holding ``m x work <= T - P_k - k hop`` and
+    ``m x (F+B) <= T - P_k - Q_k - 2 k hop``; ``floor_ms`` (a bound already known) when
+    that is feasible, and 0 when the search would exceed ``limit`` element operations.
+
+    Why it holds: in a plan of step ``T``, a device whose lowest layer is ``l`` does all its
+    work after ``P_l`` (module docstring) and its F and B work ``Q_l`` before the end, and the
+    chains to and from layer ``l`` cross every device holding a lower layer. Lowest layers are
+    distinct, so the device with the ``k``-th lowest one has ``l >= k``, and ``P``, ``Q`` do not
+    decrease: its loads meet the ``k``-th capacities, and the plan's layer assignment is such a
+    packing. The test is exact on this relaxation: a breadth-first search over the counts of
+    each layer kind placed (the model repeats its blocks), one device at a time, each taking
+    a maximal set of layers that fits it; the reachable counts are closed downwards, so they
+    are kept as the largest count of one kind per counts of the others.
+
+    Two layers of 3 ms (F = B = W = 1), 4 micro-batches, 2 devices: the second device starts
+    at 1 ms, so ``T = 12 + 1`` (a fractional split would give 12.5 ms):
+
+    >>> round(fill_packing_bound(LayerTimes([1, 1], [1, 1], [1, 1]), 2, 4), 3)
+    13.0
+    """
+    import numpy as np
+
+    n = len(lt.f_ms)
+    p = max(1, min(devices, n))
+    m = microbatches
+    kinds: dict[tuple[float, float], int] = {}
+    for w, fb in zip(lt.work_ms, lt.fb_ms, strict=True):
+        key = (round(w, 9), round(fb, 9))
+        kinds[key] = kinds.get(key, 0) + 1
+    # the most frequent kind last: its count is the value stored per counts of the others
+    values = sorted(kinds, key=lambda v: (kinds[v], v))
+    counts = [kinds[v] for v in values]
+    shape = (1, *(c + 1 for c in counts[:-1]))  # a leading axis keeps the array >= 1-D
+    size = int(np.prod(shape))
+    P, Q = lt.fill_ms(), lt.drain_ms()
+    start = [P[k] + k * hop_ms for k in range(p)]
+    drain = [Q[k] + k * hop_ms for k in range(p)]
+    full, last = (0, *counts[:-1]), counts[-1]
+    vw = np.array([v[0] for v in values])
+    vf = np.array([v[1] for v in values])
+    cnt = np.array(counts)
+    budget = [limit]
+    table: list[Any] = []  # the configurations that fit the first device at the top T
+
+    def caps(T: float) -> list[tuple[float, float]]:
+        t = T * (1 + 1e-12)
+        return [((t - start[k]) / m, (t - start[k] - drain[k]) / m) for k in range(p)]
+
+    def feasible(T: float) -> bool | None:
+        # most[x] = the largest count of the last kind placed with counts x of the others
+        most = np.full(shape, -1, dtype=np.int64)
+        most[(0,) * len(shape)] = 0
+        c, sw, sf = table[0]
+        for cw, cfb in caps(T):
+            ok = (sw <= cw) & (sf <= cfb)
+            room = (c < cnt) & ((sw[:, None] + vw <= cw) & (sf[:, None] + vf <= cfb))
+            maximal = c[ok & ~room.any(axis=1)]
+            budget[0] -= (len(maximal) + 1) * size
+            if budget[0] < 0:
+                return None
+            if len(maximal) == 0:
+                break  # later devices have even less room
+            # counts y are reachable when y - row (floored at 0) was: a shifted view of
+            # ``most`` padded with its first slices
+            top = maximal[:, :-1].max(axis=0)
+            pad = np.pad(most, [(0, 0), *((int(t), 0) for t in top)], mode="edge")
+            new = most.copy()
+            for row in maximal:
+                shift = zip(top, row[:-1], shape[1:], strict=True)
+                view = pad[(slice(None), *(slice(t - k, t - k + s) for t, k, s in shift))]
+                np.maximum(new, np.where(view >= 0, view + row[-1], -1), out=new)
+            most = np.minimum(new, last)
+            if most[full] >= last:
+                return True
+        return bool(most[full] >= last)
+
+    def check(T: float) -> bool | None:
+        cap_w, cap_fb = caps(T)[0]
+        got = _configs(values, counts, cap_w, cap_fb, 200_000)
+        if got is None:
+            return None
+        table[:] = [got]
+        return feasible(T)
+
+    lo = total_bound(lt.work_ms, p, m)
+    if floor_ms > lo:
+        ok = check(floor_ms)
+        if ok is None or ok:
+            return floor_ms if ok else 0.0
+        lo = floor_ms
+    hi = lo * 1.02
+    while True:
+        ok = check(hi)
+        if ok is None:
+            return 0.0 if floor_ms <= 0 else lo
+        if ok:
+            break
+        lo, hi = hi, hi + 2 * (hi - lo)
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        ok = feasible(mid)
+        if ok is None:
+            return lo
+        if ok:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 def contiguous_bound(
     lt: LayerTimes, devices: int, microbatches: int, hop_ms: float = 0.0
 ) -> float | None:
@@ -435,7 +597,7 @@ def plan_bounds(
     m = microbatches
     hop = min_hop_ms(profile)
     cont = contiguous_bound(lt, devices, m, hop_ms=hop) if contiguous else None
-    return Bounds(
+    b = Bounds(
         total_ms=total_bound(work, devices, m),
         any_assignment_ms=any_assignment_bound(lt, devices, m, hop),
         layer_ms=layer_bound(lt, m, devices, hop),
@@ -443,3 +605,5 @@ def plan_bounds(
         contiguous_ms=cont,
         packing_ms=packing_bound(work, devices, m),
     )
+    fill = fill_packing_bound(lt, devices, m, hop, floor_ms=b.best_ms)
+    return replace(b, fill_packing_ms=fill)
