@@ -263,16 +263,15 @@ def test_export_checks_the_model_factory(
     assert cfg["model"]["factory"] == spec
 
 
+SAMPLES = ["llama-3-8b", "nemotron-h-8b", "nemotron-h-56b", "jamba-v0.1", "tiny-hybrid"]
+
+
 @pytest.mark.dist
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sample", ["llama-3-8b", "nemotron-h-8b", "nemotron-h-56b",
-                                    "jamba-v0.1", "tiny-hybrid"])  # fmt: skip
-def test_tune_export_run_check_every_sample(
-    sample: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Each sample's tuned plan, exported as a job, runs on gloo with exact gradients."""
+def test_tune_export_run_check_a_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The new user's path, command by command: tune, export, ``run --check``."""
     plan_path = tmp_path / "tuned.json"
-    assert main(["tune", "--profile", sample, "--devices", "4", "--microbatches", "4",
+    assert main(["tune", "--profile", "nemotron-h-56b", "--devices", "4", "--microbatches", "4",
                  "--time-budget-s", "2", "--out", str(plan_path)]) == 0  # fmt: skip
     out = tmp_path / "job"
     assert main(["export", str(plan_path), "--out", str(out)]) == 0
@@ -280,3 +279,27 @@ def test_tune_export_run_check_every_sample(
     assert main(["run", str(out), "--check", "--steps", "1", "--warmup", "0"]) == 0
     text = capsys.readouterr().out
     assert "check: OK" in text and "max_abs_grad_diff" in text
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(600)
+def test_every_sample_tuned_plan_runs_with_exact_gradients() -> None:
+    """Each sample's tuned plan, as exported, runs on 4 gloo ranks with the single-process
+    reference's loss and gradients; one process group runs them all (one cold start)."""
+    from octopipe_core.executor.data import config_batches
+    from octopipe_core.executor.export import make_config
+    from octopipe_core.executor.harness import run_local
+    from octopipe_core.executor.models import ModelSettings
+    from octopipe_core.executor.reference import compare_grads, reference_run
+    from octopipe_core.tuner import tune
+
+    profs = [load_sample(s) for s in SAMPLES]
+    cfgs = [make_config(tune(p, 4, 4, time_budget_s=1).plan, p) for p in profs]
+    results = run_local(cfgs, 4)
+    for name, prof, cfg, res in zip(SAMPLES, profs, cfgs, results, strict=True):
+        fams = [lt.family for lt in prof.layer_costs()]
+        st = ModelSettings.from_dict(cfg["model"])
+        ref_loss, ref_grads = reference_run(fams, st, 4, config_batches(cfg))
+        diff, missing = compare_grads(res["grads"], ref_grads)
+        assert not missing and diff <= 1e-10, (name, diff, missing[:3])
+        assert abs(res["losses"][0] - ref_loss) <= 1e-12, name
