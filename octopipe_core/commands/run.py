@@ -142,6 +142,14 @@ def run(args: argparse.Namespace) -> int:
     from octopipe_core.executor.mesh import config_layout
 
     nproc = config_layout(cfg).world
+    start = None if (args.no_resume or args.check) else resume_step(cfg, d)
+    if start is not None:
+        rt = cfg.get("runtime", {})
+        steps = args.steps if args.steps is not None else int(rt.get("steps", 1))
+        warmup = args.warmup if args.warmup is not None else int(rt.get("warmup", 0))
+        if start >= steps + warmup:  # answered here, without launching a single rank
+            print(f"nothing to run: the job is at step {start} already (--steps)")
+            return 0
     extra = ["--backend", args.backend]
     if args.check:
         extra.append("--grads")
@@ -200,6 +208,23 @@ def preflight(cfg: dict[str, Any], path: Path) -> None:
     validate_plan(plan, prof.num_layers, src=str(path))
     check_lowered(lowered_from_strings(plan, lowered))
     config_layout(cfg)  # a bad layout is reported before anything is launched
+
+
+def resume_step(cfg: dict[str, Any], job: Path) -> int | None:
+    """The step the job would resume from (its latest checkpoint), or None; a checkpoint of
+    another layout or partition is refused here, before anything is launched."""
+    from octopipe_core.executor import checkpoint as ckpt
+    from octopipe_core.executor.mesh import config_layout
+    from octopipe_core.executor.settings import CheckpointSettings
+
+    cks = CheckpointSettings.from_dict(cfg.get("checkpoint"))
+    if not cks.resume:
+        return None
+    found = ckpt.latest(cks.path(job))
+    if found is None:
+        return None
+    part = [(int(a), int(b)) for a, b in cfg["plan"]["partition"]]
+    return ckpt.saved_step(found, ckpt.job_meta(config_layout(cfg).to_dict(), part))
 
 
 def summarize_failure(log: str) -> list[str]:

@@ -67,18 +67,38 @@ def save(
     return path
 
 
-def load(path: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> int:
-    """Collective: load ``state`` in place from ``path``; returns the checkpoint's step.
-    ``meta`` (layout, partition) must match the one saved."""
-    import torch.distributed.checkpoint as dcp
+def job_meta(layout: dict[str, Any], partition: list[tuple[int, int]]) -> dict[str, Any]:
+    """What a checkpoint must share with the job that resumes it: layout and partition."""
+    return {"layout": layout, "partition": [list(p) for p in partition]}
 
-    saved = json.loads((path / "octopipe.json").read_text())
+
+def saved_step(path: Path, meta: dict[str, Any]) -> int:
+    """The step of the checkpoint at ``path``, after checking that ``meta`` (layout,
+    partition) matches the one saved; no process group needed (``octopipe run`` checks
+    before launching)."""
+    try:
+        saved = json.loads((path / "octopipe.json").read_text())
+        step = int(saved["step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise OctoPipeError(
+            f"checkpoint {path}/octopipe.json: unreadable ({type(e).__name__}); fix: point "
+            f"{path.parent}/latest at a complete step folder, or run with --no-resume"
+        ) from None
     for key, want in meta.items():
         if saved.get(key) != want:
             raise OctoPipeError(
                 f"checkpoint {path}: field '{key}': saved {saved.get(key)!r}, this job has "
                 f"{want!r}; fix: resume with the same plan and layout, or run with --no-resume"
             )
+    return step
+
+
+def load(path: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> int:
+    """Collective: load ``state`` in place from ``path``; returns the checkpoint's step.
+    ``meta`` (layout, partition) must match the one saved."""
+    import torch.distributed.checkpoint as dcp
+
+    saved_step(path, meta)
     step = torch.zeros(1, dtype=torch.int64)
     dcp.load({**state, "step": step}, checkpoint_id=str(path))
     return int(step[0])

@@ -113,7 +113,7 @@ def execute(
     )  # fmt: skip
     cks = CheckpointSettings.from_dict(cfg.get("checkpoint"))
     ck_dir = cks.path(jdir) if jdir is not None else None
-    meta = {"layout": layout.to_dict(), "partition": [list(p) for p in plan.partition]}
+    meta = ckpt.job_meta(layout.to_dict(), plan.partition)
 
     def state() -> dict[str, torch.Tensor]:
         return {f"model.{k}": p.detach() for k, p in ex.params.items()} | dpar.state_tensors()
