@@ -130,7 +130,8 @@ def test_torch_pipeline_runtime_runs_exported_csv(tmp_path: Path) -> None:
 def test_octopipe_run_check_sample_plans(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cases = [("nemotron-h-8b", "zbv", 2, 4), ("llama-3-8b", "interleaved", 3, 3)]
+    # zbv and the other peers run exactly in test_executor.py (one process group per size)
+    cases = [("llama-3-8b", "interleaved", 3, 3)]
     for sample, sched, d, m in cases:
         out = tmp_path / f"job-{sample}"
         assert (
@@ -176,7 +177,7 @@ def test_dead_or_hung_rank_ends_job_with_error(
 ) -> None:
     out = tmp_path / "job"
     plan = _plan_file(tmp_path, "tiny-hybrid", "1f1b", 2, 4)
-    assert main(["export", str(plan), "--out", str(out), "--steps", "2", "--timeout", "10"]) == 0
+    assert main(["export", str(plan), "--out", str(out), "--steps", "2", "--timeout", "5"]) == 0
     monkeypatch.setenv("OCTOPIPE_FAULT", f"1:1:3:{mode}")
     t = time.perf_counter()
     assert main(["run", str(out)]) == 2

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -25,6 +26,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# Imported once by the fork server; every local rank is forked from it with these modules loaded
+# (a fresh interpreter per rank would import torch again: 1-2 s of CPU each).
+PRELOAD = ["torch", "torch.distributed", "octopipe_core.executor.train"]
+
+
+def _with_env(rank: int, fn: Callable[..., None], env: dict[str, str], *args: Any) -> None:
+    os.environ.clear()  # the caller's environment now, not the fork server's at its start
+    os.environ.update(env)
+    fn(rank, *args)
+
+
+def start_local(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int) -> None:
+    """Run ``fn(rank, *args)`` in ``nprocs`` local processes and wait for all of them (an
+    error in one raises here, as ``torch.multiprocessing.spawn`` does).
+
+    The processes are forked from a fork server that has imported torch once, and get the
+    caller's current environment; ``fn`` must be a module-level function."""
+    mp.set_forkserver_preload(PRELOAD)
+    mp.start_processes(
+        _with_env,
+        args=(fn, dict(os.environ), *args),
+        nprocs=nprocs,
+        join=True,
+        start_method="forkserver",
+    )
 
 
 def leave_process_group(code: int = 0) -> NoReturn:
@@ -89,10 +117,9 @@ def run_local(
     dirs = job_dirs if job_dirs is not None else [None] * len(configs)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.pt")
-        mp.spawn(
+        start_local(
             _worker,
-            args=(world, free_port(), configs, out, steps, warmup, timeout_s, record, dirs),
-            nprocs=world,
-            join=True,
+            (world, free_port(), configs, out, steps, warmup, timeout_s, record, dirs),
+            world,
         )
         return torch.load(out, weights_only=True)

@@ -297,7 +297,7 @@ def run_links_local(job: LinksJob, nproc: int) -> None:
     """Spawn ``nproc`` local gloo processes (127.0.0.1) and measure between them."""
     import torch.multiprocessing as mp
 
-    from octopipe_core.executor.harness import free_port
+    from octopipe_core.executor.harness import free_port, start_local
 
     if nproc < 2:
         raise OctoPipeError("profile --links: --nproc must be >= 2; fix: e.g. --nproc 2")
@@ -307,7 +307,7 @@ def run_links_local(job: LinksJob, nproc: int) -> None:
             "ranks evenly; fix: a divisor of --nproc"
         )
     try:
-        mp.spawn(_spawned, args=(nproc, free_port(), job), nprocs=nproc, join=True)
+        start_local(_spawned, (nproc, free_port(), job), nproc)
     except mp.ProcessRaisedException as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         raise OctoPipeError(f"profile --links: a rank failed: {lines[-1].strip()}") from None

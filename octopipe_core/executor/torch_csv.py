@@ -18,10 +18,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from octopipe_core.executor.harness import free_port, leave_process_group
+from octopipe_core.executor.harness import free_port, leave_process_group, start_local
 from octopipe_core.executor.models import ModelSettings, build_layers, make_batch, param_names
 from octopipe_core.profile import Profile
 
@@ -107,5 +106,5 @@ def run_torch_csv_local(job_dirs: list[str | Path], world: int) -> list[dict[str
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "res.pkl")
         jobs = [str(j) for j in job_dirs]
-        mp.spawn(_worker, args=(world, free_port(), jobs, out), nprocs=world, join=True)
+        start_local(_worker, (world, free_port(), jobs, out), world)
         return torch.load(out, weights_only=True)
