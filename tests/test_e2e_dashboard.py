@@ -389,3 +389,45 @@ def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) 
         docs_shot(pg, "dark", full_page=False)
     finally:
         ctx.close()
+
+
+def test_menu_theme_toggle_redraws_app_and_charts(server: str, browser: object) -> None:
+    """The menu's theme switch (System / Light / Dark) is the toggle: on a light system, picking
+    Dark darkens the page and redraws every chart dark, and Light brings both back."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1400}, color_scheme="light")
+    pg = ctx.new_page()
+    pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    style = "e => getComputedStyle(e).backgroundColor"
+
+    def backgrounds() -> tuple[str, str]:
+        app_bg = pg.get_by_test_id("stApp").evaluate(style)
+        chart_bg = pg.locator("[data-testid='stPlotlyChart'] .main-svg").first.evaluate(style)
+        return app_bg, chart_bg
+
+    def pick(theme: str) -> None:
+        pg.get_by_test_id("stMainMenu").click()
+        pg.get_by_test_id(f"stMainMenuItem-theme-{theme}").click()
+        pg.keyboard.press("Escape")
+        wait_idle(pg)
+
+    try:
+        pg.goto(f"{server}/plan?devices=4&microbatches=8&schedule=zbv")
+        wait_idle(pg)
+        charts_drawn(pg, 3)
+        light = backgrounds()
+        assert light[0] == light[1] != "rgb(23, 22, 20)"
+        pick("Dark")
+        pg.wait_for_function(
+            "() => getComputedStyle(document.querySelector(\"[data-testid='stPlotlyChart'] "
+            ".main-svg\")).backgroundColor === 'rgb(23, 22, 20)'"
+        )
+        assert backgrounds() == ("rgb(23, 22, 20)", "rgb(23, 22, 20)")
+        no_exception(pg)
+        pick("Light")
+        pg.wait_for_function(
+            "() => getComputedStyle(document.querySelector(\"[data-testid='stPlotlyChart'] "
+            f".main-svg\")).backgroundColor === '{light[1]}'"
+        )
+        assert backgrounds() == light
+    finally:
+        ctx.close()
