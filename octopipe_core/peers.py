@@ -178,10 +178,6 @@ class PeerRun:
             return PeerScore(self.schedule, self.partition, error=self.error or "not simulated")
         return PeerScore.of(self.schedule, self.partition, self.result, detail)
 
-    def row(self) -> dict[str, Any]:
-        """The JSON form: the ``TABLE_METRICS``, or ``{"error": ...}``."""
-        return self.score().row()
-
 
 def run_peers(
     profile: Profile,

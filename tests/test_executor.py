@@ -13,12 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from octopipe_core.executor.data import config_batches  # noqa: E402
 from octopipe_core.executor.export import make_config  # noqa: E402
 from octopipe_core.executor.harness import run_local  # noqa: E402
 from octopipe_core.executor.models import ModelSettings  # noqa: E402
 from octopipe_core.executor.plans import irregular_plan, random_plan  # noqa: E402
-from octopipe_core.executor.reference import compare_grads, reference_run  # noqa: E402
+from octopipe_core.executor.reference import check_against_reference  # noqa: E402
 from octopipe_core.plan import Plan, validate_plan  # noqa: E402
 from octopipe_core.profile import FORMAT, Profile  # noqa: E402
 from octopipe_core.schedules import build_plan  # noqa: E402
@@ -114,17 +113,15 @@ def _run_and_compare(cs: list[tuple[str, Plan, dict[str, Any]]], world: int) -> 
     results = run_local(cfgs, world)
     failures = []
     for (name, plan, _), cfg, res in zip(cs, cfgs, results, strict=True):
-        prof = _profile_for(plan)
-        st = ModelSettings.from_dict(cfg["model"])
-        fams = [lt.family for lt in prof.layer_costs()]
-        ref_loss, ref_grads = reference_run(fams, st, plan.num_microbatches, config_batches(cfg))
-        diff, missing = compare_grads(res["grads"], ref_grads)
-        if missing or diff > 1e-10 or abs(res["losses"][0] - ref_loss) > 1e-12:
+        fams = [lt.family for lt in _profile_for(plan).layer_costs()]
+        ref_loss, loss_diff, diff, missing = check_against_reference(
+            cfg, fams, res["losses"][0], res["grads"]
+        )
+        if missing or diff > 1e-10 or loss_diff > 1e-12:
             failures.append(
                 f"{name}: loss {res['losses'][0]} vs {ref_loss}, grad diff {diff}, "
                 f"missing {missing[:3]}"
             )
-        assert len(res["grads"]) == len(ref_grads)
     assert not failures, failures
 
 

@@ -287,11 +287,9 @@ def test_tune_export_run_check_a_sample(tmp_path: Path, capsys: pytest.CaptureFi
 def test_every_sample_tuned_plan_runs_with_exact_gradients() -> None:
     """Each sample's tuned plan, as exported, runs on 4 gloo ranks with the single-process
     reference's loss and gradients; one process group runs them all (one cold start)."""
-    from octopipe_core.executor.data import config_batches
     from octopipe_core.executor.export import make_config
     from octopipe_core.executor.harness import run_local
-    from octopipe_core.executor.models import ModelSettings
-    from octopipe_core.executor.reference import compare_grads, reference_run
+    from octopipe_core.executor.reference import check_against_reference
     from octopipe_core.tuner import tune
 
     profs = [load_sample(s) for s in SAMPLES]
@@ -299,8 +297,8 @@ def test_every_sample_tuned_plan_runs_with_exact_gradients() -> None:
     results = run_local(cfgs, 4)
     for name, prof, cfg, res in zip(SAMPLES, profs, cfgs, results, strict=True):
         fams = [lt.family for lt in prof.layer_costs()]
-        st = ModelSettings.from_dict(cfg["model"])
-        ref_loss, ref_grads = reference_run(fams, st, 4, config_batches(cfg))
-        diff, missing = compare_grads(res["grads"], ref_grads)
+        _, loss_diff, diff, missing = check_against_reference(
+            cfg, fams, res["losses"][0], res["grads"]
+        )
         assert not missing and diff <= 1e-10, (name, diff, missing[:3])
-        assert abs(res["losses"][0] - ref_loss) <= 1e-12, name
+        assert loss_diff <= 1e-12, name

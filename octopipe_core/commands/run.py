@@ -249,24 +249,21 @@ def check(cfg: dict[str, Any], out: Path, res: dict[str, Any], job: Path) -> int
     on the union of every replica's batch."""
     import torch
 
-    from octopipe_core.executor.data import config_batches
     from octopipe_core.executor.models import ModelSettings
-    from octopipe_core.executor.reference import compare_grads, reference_run
+    from octopipe_core.executor.reference import check_against_reference
     from octopipe_core.profile import Profile
 
-    prof = Profile.from_dict(cfg["plan"]["profile"])
-    st = ModelSettings.from_dict(cfg["model"])
-    m = int(cfg["plan"]["num_microbatches"])
-    batches = config_batches(cfg, 0, job)
-    ref_loss, ref_grads = reference_run([lt.family for lt in prof.layer_costs()], st, m, batches)
+    fams = [lt.family for lt in Profile.from_dict(cfg["plan"]["profile"]).layer_costs()]
     grads = torch.load(out / "grads.pt", weights_only=True)
-    diff, missing = compare_grads(grads, ref_grads)
-    loss = res["losses"][0]
-    tol = {"float64": 1e-9, "float32": 1e-4}.get(st.dtype, 5e-2)
-    print(f"reference loss {ref_loss:.12g}; loss_diff {abs(loss - ref_loss):.3e}")
-    print(f"max_abs_grad_diff {diff:.3e} over {len(ref_grads)} tensors (tolerance {tol:g})")
+    ref_loss, loss_diff, diff, missing = check_against_reference(
+        cfg, fams, res["losses"][0], grads, job
+    )
+    dtype = ModelSettings.from_dict(cfg["model"]).dtype
+    tol = {"float64": 1e-9, "float32": 1e-4}.get(dtype, 5e-2)
+    print(f"reference loss {ref_loss:.12g}; loss_diff {loss_diff:.3e}")
+    print(f"max_abs_grad_diff {diff:.3e} over {len(grads)} tensors (tolerance {tol:g})")
     if missing:
         print(f"missing gradients: {missing[:5]}")
-    ok = not missing and diff <= tol and abs(loss - ref_loss) <= tol
+    ok = not missing and diff <= tol and loss_diff <= tol
     print("check: OK" if ok else "check: MISMATCH")
     return 0 if ok else 1

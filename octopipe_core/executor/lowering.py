@@ -63,10 +63,6 @@ class OpKind(TextEnum):
     RECV_B = "RECV_B"
 
     @property
-    def is_comm(self) -> bool:
-        return self.value in COMM_KINDS
-
-    @property
     def is_send(self) -> bool:
         return self in (OpKind.SEND_F, OpKind.SEND_B)
 
@@ -74,9 +70,11 @@ class OpKind(TextEnum):
     def is_recv(self) -> bool:
         return self in (OpKind.RECV_F, OpKind.RECV_B)
 
+    @property
+    def is_comm(self) -> bool:
+        return self.is_send or self.is_recv
 
-COMPUTE_KINDS = tuple(Kind)
-COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+
 _OP_RE = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|BW|F|B|W)(\d+)$")
 
 

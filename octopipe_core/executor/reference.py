@@ -112,3 +112,21 @@ def compare_grads(
     for k in set(got) & set(ref):
         diff = max(diff, float((got[k].double() - ref[k].double()).abs().max()))
     return diff, missing
+
+
+def check_against_reference(
+    cfg: dict[str, Any],
+    families: list[str],
+    loss: float,
+    grads: dict[str, torch.Tensor],
+    job_dir: Any = None,
+) -> tuple[float, float, float, list[str]]:
+    """The first step of a run of ``cfg`` against the single-process reference on the same
+    batches: ``(reference loss, loss difference, max gradient difference, missing names)``."""
+    from octopipe_core.executor.data import config_batches
+
+    st = ModelSettings.from_dict(cfg["model"])
+    m = int(cfg["plan"]["num_microbatches"])
+    ref_loss, ref_grads = reference_run(families, st, m, config_batches(cfg, 0, job_dir))
+    diff, missing = compare_grads(grads, ref_grads)
+    return ref_loss, abs(loss - ref_loss), diff, missing
