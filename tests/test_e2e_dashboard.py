@@ -111,6 +111,14 @@ def charts_drawn(page: object, n: int) -> None:
     )
 
 
+def legend_shows(page: object, *names: str) -> list[str]:
+    """Wait until every chart legend entry in ``names`` is drawn (a chart's traces can arrive
+    a moment after its first SVG); return all legend texts."""
+    for name in names:
+        page.locator(".legendtext", has_text=name).first.wait_for()
+    return page.locator(".legendtext").all_text_contents()
+
+
 def no_exception(page: object) -> None:
     assert page.get_by_test_id("stException").count() == 0
 
@@ -262,7 +270,7 @@ def test_cluster_page_and_ranked_layouts(server: str, page: object) -> None:
     metrics = page.get_by_test_id("stMetricLabel").all_inner_texts()
     assert {"GPUs", "exposed tail (ms)", "inter-node boundaries"} <= set(metrics)
     # the timeline's legend names the inter-node transfers and the DP stream
-    legend = page.locator(".legendtext").all_text_contents()
+    legend = legend_shows(page, "send activation (inter-node)", "DP gradient reduction")
     assert "send activation (inter-node)" in legend and "DP gradient reduction" in legend
     no_exception(page)
     shot(page, "cluster")
@@ -309,7 +317,7 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
     page.get_by_text("zbv/balanced").first.wait_for()
     charts_drawn(page, 3)
     assert "partition=balanced" in page.url and "critical=1" in page.url
-    legend = page.locator(".legendtext").all_text_contents()
+    legend = legend_shows(page, "critical path", "2nd chunk", "over the cap")
     assert "critical path" in legend
     assert any("2nd chunk" in t for t in legend)
     assert {"busy (compute)", "waiting on transfers", "over the cap"} <= set(legend)
@@ -346,7 +354,7 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
     wait_idle(page)
     page.get_by_text("do not fit the 64 GiB memory cap").wait_for()
     charts_drawn(page, 1)
-    assert "does not fit the memory cap" in page.locator(".legendtext").all_text_contents()
+    assert "does not fit the memory cap" in legend_shows(page, "does not fit the memory cap")
     no_exception(page)
     docs_element(chart(page, 0), "sweep-over-cap")
 
@@ -365,7 +373,7 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace))
     wait_idle(page)
     charts_drawn(page, 1)
-    legend = page.locator(".legendtext").all_text_contents()
+    legend = legend_shows(page, "simulated F (forward)", "executed F (forward)")
     assert "simulated F (forward)" in legend and "executed F (forward)" in legend
     no_exception(page)
     shot(page, "views-executed")
