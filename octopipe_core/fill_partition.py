@@ -128,53 +128,60 @@ def fold_placement(devices: int, folded: int) -> list[int]:
     return [*range(devices), *range(folded - 1, -1, -1)]
 
 
-def device_needs(model: FillModel, partition: Partition, placement: list[int]) -> list[float]:
-    """Per-device ``need_d`` (ms) of the module docstring; ``inf`` where memory overflows."""
-    D = max(placement) + 1
-    S = len(partition)
-    pre_w = [0.0, *accumulate(model.work_ms)]
-    pre_fb = [0.0, *accumulate(model.fb_ms)]
+def _prefix_sums(model: FillModel) -> tuple[list[float], list[float]]:
+    """Prefix sums of ``work_ms`` and ``fb_ms``, cached on the model (keyed by those lists,
+    so a model copied with other costs does not reuse them)."""
+    got = model.extra.get("prefix")
+    if got is None or got[0] is not model.work_ms or got[1] is not model.fb_ms:
+        sums = [0.0, *accumulate(model.work_ms)], [0.0, *accumulate(model.fb_ms)]
+        got = model.extra["prefix"] = (model.work_ms, model.fb_ms, *sums)
+    return got[2], got[3]
+
+
+def device_need(
+    model: FillModel, stages: list[tuple[int, tuple[int, int]]], num_stages: int
+) -> float:
+    """``need_d`` (ms) of one device holding ``stages`` (stage index, layer range), in stage
+    order, out of ``num_stages``; ``inf`` where its memory overflows."""
+    if not stages:
+        return 0.0
     P, Q = model.fill_ms, model.drain_ms
     m, h = model.microbatches, model.hop_ms
-    stages: list[list[int]] = [[] for _ in range(D)]
-    for s, d in enumerate(placement):
-        stages[d].append(s)
-    need = [0.0] * D
-    for d, mine in enumerate(stages):
-        if not mine:
-            continue
-        rng = [partition[s] for s in mine]
-        f = [P[b] - P[a] for a, b in rng]
-        fb = [pre_fb[b] - pre_fb[a] for a, b in rng]
-        work = [pre_w[b] - pre_w[a] for a, b in rng]
-        bw_all = sum(work) - sum(f)
-        b_all = sum(fb) - sum(f)
-        drain1 = Q[rng[0][0]] + mine[0] * h
-        f_from, fb_from = 0.0, 0.0
-        for k in range(len(mine) - 1, -1, -1):
-            f_from += f[k]
-            fb_from += fb[k]
-            start = P[rng[k][0]] + mine[k] * h
-            drain = Q[rng[k][0]] + mine[k] * h
-            need[d] = max(
-                need[d],
-                start + m * (f_from + bw_all),
-                start + m * (f_from + b_all) + drain1,
-                start + m * fb_from + drain,
-            )
+    pre_w, pre_fb = _prefix_sums(model)
+    f = [P[b] - P[a] for _s, (a, b) in stages]
+    fb = [pre_fb[b] - pre_fb[a] for _s, (a, b) in stages]
+    work = [pre_w[b] - pre_w[a] for _s, (a, b) in stages]
+    bw_all = sum(work) - sum(f)
+    b_all = sum(fb) - sum(f)
+    drain1 = Q[stages[0][1][0]] + stages[0][0] * h
+    need, f_from, fb_from = 0.0, 0.0, 0.0
+    for k in range(len(stages) - 1, -1, -1):
+        f_from += f[k]
+        fb_from += fb[k]
+        s, (a, _b) = stages[k]
+        start = P[a] + s * h
+        need = max(
+            need,
+            start + m * (f_from + bw_all),
+            start + m * (f_from + b_all) + drain1,
+            start + m * fb_from + Q[a] + s * h,
+        )
     if model.cap_mib is not None and model.weight_mib is not None:
         pw = [0.0, *accumulate(model.weight_mib)]
         pa = [0.0, *accumulate(model.activation_mib or [0.0] * model.num_layers)]
-        for d, mine in enumerate(stages):
-            mem = sum(
-                pw[partition[s][1]]
-                - pw[partition[s][0]]
-                + model.k(s, S) * (pa[partition[s][1]] - pa[partition[s][0]])
-                for s in mine
-            )
-            if mem > model.cap_mib * (1 + 1e-9):
-                need[d] = float("inf")
+        mem = sum(pw[b] - pw[a] + model.k(s, num_stages) * (pa[b] - pa[a]) for s, (a, b) in stages)
+        if mem > model.cap_mib * (1 + 1e-9):
+            return float("inf")
     return need
+
+
+def device_needs(model: FillModel, partition: Partition, placement: list[int]) -> list[float]:
+    """Per-device ``need_d`` (ms) of the module docstring; ``inf`` where memory overflows."""
+    D = max(placement) + 1
+    stages: list[list[tuple[int, tuple[int, int]]]] = [[] for _ in range(D)]
+    for s, d in enumerate(placement):
+        stages[d].append((s, partition[s]))
+    return [device_need(model, mine, len(partition)) for mine in stages]
 
 
 def fill_objective(model: FillModel, partition: Partition, placement: list[int]) -> float:

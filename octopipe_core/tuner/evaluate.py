@@ -293,6 +293,7 @@ class Move(TextEnum):
     ADVANCE = "advance"  # an action moves earlier in its device's order
     DELAY = "delay"  # an action moves later
     POLICY = "policy"  # re-plan the order with a list-scheduling policy
+    JUSTIFY = "justify"  # re-plan the order by forward-backward justification
     SPLIT_BACKWARD = "split backward"
     RECOMPUTE = "recompute"
     STOP_RECOMPUTE = "stop recompute"

@@ -3,7 +3,8 @@
 * **family switch**: re-plan the model as ``seq``, ``v``, ``loop{v}``, ``zigzag{v}`` or
   ``fold{r}`` (stage dispersion into virtual stages, loop, V and partly folded V shapes), with
   the exact fill-aware partition (``fill_partition.py``: the slowest device's earliest start
-  plus load is minimal) and, for the regular families, the device-balanced one too;
+  plus load is minimal) and, for the regular families, the device-balanced one too; with
+  fewer than two layers per device, also the ``matched`` layout (``matched.py``);
 * **split**: cut one stage in two and put the new half on another device (irregular layouts);
 * **merge**: join two adjacent stages that sit on the same device (saves a transfer);
 * **swap**: exchange the devices of two stages (e.g. move a memory-hungry block to a device
@@ -44,6 +45,7 @@ from octopipe_core.tuner.layouts import (
     family_placement,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
+from octopipe_core.tuner.matched import matched_layout
 
 P = Phase.PLACEMENT
 SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
@@ -91,6 +93,10 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
             if res.partition is not None and res.objective_ms is not None:
                 name = f"{fam} (memory-aware)" if mem else fam
                 ranked.append((res.objective_ms, name, res.partition, place))
+    for mem in memory:  # wide pipelines: one early layer per device, the rest matched
+        got = matched_layout(ev.fill_model(mem), p)
+        if got is not None:
+            ranked.append((got[2], "matched (memory-aware)" if mem else "matched", *got[:2]))
     ranked.sort(key=lambda x: x[0])
     out = [
         proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", _layout(ev, part, place, FAM_POL))
