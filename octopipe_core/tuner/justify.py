@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import heapq
+import time
 
 from octopipe_core.costs import StageCosts
 from octopipe_core.plan import Action, Kind
@@ -241,12 +242,14 @@ def justified_schedule(
     lookahead: float = 0.0,
     bound_ms: float | None = None,
     start: dict[Action, float] | None = None,
+    deadline: float | None = None,
 ) -> tuple[list[list[Action]], float, list[float]] | None:
     """The best of ``passes`` backward-then-forward rounds (module docstring): per-device
     orders, makespan (ms) and activation peaks (MiB); ``None`` if every forward pass stalls
     on memory or exceeds ``bound_ms``, or when stages recompute (not modelled here).
     ``start`` gives the end time (ms) of every F, B and W in a schedule to improve (default:
-    micro-batch order)."""
+    micro-batch order). Rounds stop at ``deadline`` (``time.perf_counter()``), keeping the
+    best found so far (the first round always runs)."""
     if costs.recompute_mib and any(costs.recompute_mib):
         return None
     g = Graph(costs, placement, microbatches)
@@ -261,7 +264,9 @@ def justified_schedule(
     best: tuple[list[list[Action]], float, list[float]] | None = None
     # a round slower than the bound can still lead to a faster next one: prune loosely
     loose = None if bound_ms is None else bound_ms * LOOSE_BOUND
-    for _ in range(passes):
+    for k in range(passes):
+        if k > 0 and deadline is not None and time.perf_counter() > deadline:
+            break
         prio = backward_pass(g, devices, end_ms)
         r = forward_pass(g, costs, placement, devices, prio, budget_mib, lookahead, loose)
         if r is None:

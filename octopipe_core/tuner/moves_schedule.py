@@ -316,6 +316,7 @@ def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
             got = justified_schedule(
                 costs, plan.placement, ev.devices, ev.microbatches,
                 ev.budgets_mib(costs, plan.placement), passes, wait, start=ends,
+                deadline=ev.deadline,
             )  # fmt: skip
             if got is None:
                 return None
