@@ -40,6 +40,7 @@ per device) fall back to a descent on the same objective (``exact`` is then Fals
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,17 @@ class FillModel:
     cap_mib: float | None = None  # per device; None: no memory constraint
     inflight: tuple[float, ...] | None = None  # k_s per stage (default: stages from s to the end)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def prefix(self) -> tuple[list[float], list[float], list[float], list[float]]:
+        """Prefix sums (length ``n + 1``) of ``work_ms``, ``fb_ms``, ``weight_mib`` and
+        ``activation_mib`` (zeros where the model has no memory)."""
+        zeros = [0.0] * self.num_layers
+
+        def pre(x: list[float] | None) -> list[float]:
+            return [0.0, *accumulate(x or zeros)]
+
+        return pre(self.work_ms), pre(self.fb_ms), pre(self.weight_mib), pre(self.activation_mib)
 
     @property
     def num_layers(self) -> int:
@@ -128,16 +140,6 @@ def fold_placement(devices: int, folded: int) -> list[int]:
     return [*range(devices), *range(folded - 1, -1, -1)]
 
 
-def _prefix_sums(model: FillModel) -> tuple[list[float], list[float]]:
-    """Prefix sums of ``work_ms`` and ``fb_ms``, cached on the model (keyed by those lists,
-    so a model copied with other costs does not reuse them)."""
-    got = model.extra.get("prefix")
-    if got is None or got[0] is not model.work_ms or got[1] is not model.fb_ms:
-        sums = [0.0, *accumulate(model.work_ms)], [0.0, *accumulate(model.fb_ms)]
-        got = model.extra["prefix"] = (model.work_ms, model.fb_ms, *sums)
-    return got[2], got[3]
-
-
 def device_need(
     model: FillModel, stages: list[tuple[int, tuple[int, int]]], num_stages: int
 ) -> float:
@@ -147,7 +149,7 @@ def device_need(
         return 0.0
     P, Q = model.fill_ms, model.drain_ms
     m, h = model.microbatches, model.hop_ms
-    pre_w, pre_fb = _prefix_sums(model)
+    pre_w, pre_fb, pw, pa = model.prefix
     f = [P[b] - P[a] for _s, (a, b) in stages]
     fb = [pre_fb[b] - pre_fb[a] for _s, (a, b) in stages]
     work = [pre_w[b] - pre_w[a] for _s, (a, b) in stages]
@@ -167,8 +169,6 @@ def device_need(
             start + m * fb_from + Q[a] + s * h,
         )
     if model.cap_mib is not None and model.weight_mib is not None:
-        pw = [0.0, *accumulate(model.weight_mib)]
-        pa = [0.0, *accumulate(model.activation_mib or [0.0] * model.num_layers)]
         mem = sum(pw[b] - pw[a] + model.k(s, num_stages) * (pa[b] - pa[a]) for s, (a, b) in stages)
         if mem > model.cap_mib * (1 + 1e-9):
             return float("inf")
@@ -252,14 +252,10 @@ class _Nested:
         n = model.num_layers
         self.N = n + 1
         self.idx = np.arange(self.N)
-        self.pre_w = np.array([0.0, *accumulate(model.work_ms)])
-        self.pre_fb = np.array([0.0, *accumulate(model.fb_ms)])
+        self.pre_w, self.pre_fb, self.pre_wt, self.pre_a = map(np.array, model.prefix)
         self.P = np.array(model.fill_ms)
         self.Q = np.array(model.drain_ms)
         self.mem = model.cap_mib is not None and model.weight_mib is not None
-        if self.mem:
-            self.pre_wt = np.array([0.0, *accumulate(model.weight_mib or [])])
-            self.pre_a = np.array([0.0, *accumulate(model.activation_mib or [0.0] * n)])
         self.T = 0.0
         self.jmax: dict[int, np.ndarray] = {}  # id(single block) -> jmax
         self.mats: dict[int, np.ndarray] = {}  # id(pair block) -> its matrix

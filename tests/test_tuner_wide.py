@@ -9,7 +9,7 @@ from itertools import pairwise, permutations
 import pytest
 
 from octopipe_core.bounds import LayerTimes, plan_bounds
-from octopipe_core.fill_partition import FillModel, device_need, solve_fill
+from octopipe_core.fill_partition import FillModel, Partition, device_need, solve_fill
 from octopipe_core.plan import Plan
 from octopipe_core.profile import load_sample
 from octopipe_core.simulator import simulate
@@ -65,14 +65,19 @@ def test_matched_layout_applies_only_to_wide_pipelines() -> None:
     assert not any("matched" in p.description for p in family_proposals(ev))
 
 
+def _matched_56b(microbatches: int) -> tuple[Evaluator, Partition, list[int], float]:
+    """The evaluator of nemotron-h-56b (120 layers) on 64 devices and its matched layout."""
+    ev = Evaluator(load_sample("nemotron-h-56b"), 64, microbatches, 80.0)
+    got = ev.matched_layout()
+    assert got is not None and got == matched_layout(ev.fill, 64)
+    return (ev, *got)
+
+
 def test_matched_layout_beats_every_fold_on_nemotron_h_56b_at_64_devices() -> None:
     # 120 layers on 64 devices, 512 micro-batches: the folds give the late devices of the
     # first pass a full load and a long fill; the matched layout does not
-    prof = load_sample("nemotron-h-56b")
-    ev = Evaluator(prof, 64, 512, 80.0)
-    got = matched_layout(ev.fill, 64)
-    assert got is not None
-    part, place, need = got
+    ev, part, place, need = _matched_56b(512)
+    prof = ev.profile
     folds = [solve_fill(ev.fill, family_placement(f"fold{r}", 64)) for r in (1, 8, 32, 56)]
     assert all(f.exact for f in folds)
     assert need < 0.985 * min(f.objective_ms for f in folds if f.objective_ms is not None)
@@ -87,16 +92,18 @@ def test_matched_layout_beats_every_fold_on_nemotron_h_56b_at_64_devices() -> No
 def test_justify_move_beats_the_greedy_rules_and_matches_the_simulator() -> None:
     # nemotron-h-56b, 64 devices, 64 micro-batches, matched layout: the greedy rules leave
     # about 6 % more idle than the forward-backward justification
-    prof = load_sample("nemotron-h-56b")
-    ev = Evaluator(prof, 64, 64, 80.0)
-    got = matched_layout(ev.fill, 64)
-    assert got is not None
-    part, place, _need = got
+    ev, part, place, _need = _matched_56b(64)
+    prof = ev.profile
     inc = ev.from_policies(part, place, "greedy", POLICIES)
     assert inc is not None
     costs = ev.costs(part)
-    fb = justified_schedule(costs, place, 64, 64, ev.budgets_mib(costs, place), 10, 0.5)
+    budget = ev.budgets_mib(costs, place)
+    fb = justified_schedule(costs, place, 64, 64, budget, 10, 0.5)
     assert fb is not None
+    # later rounds pay here, and a passed deadline stops after the first one
+    one = justified_schedule(costs, place, 64, 64, budget, 1, 0.5)
+    assert one is not None and fb[1] < one[1]
+    assert justified_schedule(costs, place, 64, 64, budget, 10, 0.5, deadline=0.0) == one
     sim = simulate(prof, Plan(64, part, place, fb[0]), 80.0)
     assert sim.step_time_ms == pytest.approx(fb[1], abs=1e-6)
     assert sim.fits_memory and fb[1] < 0.96 * inc.step_ms

@@ -30,6 +30,7 @@ from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
 from octopipe_core.tuner.layouts import DeviceFn, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
+from octopipe_core.tuner.matched import matched_layout
 
 Partition = list[tuple[int, int]]
 Rec = tuple[int, ...] | list[int]  # stages that recompute their forward in B
@@ -118,6 +119,7 @@ class Evaluator:
         hops = sorted(self.hop_ms[:-1]) or [0.0]
         self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
+        self._matched: dict[bool, tuple[Partition, list[int], float] | None] = {}
         self.memory_tight = False  # set by the tuner when the cap binds the peers
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
@@ -184,6 +186,13 @@ class Evaluator:
             else:
                 self._fill_cache[key] = res
         return res
+
+    def matched_layout(self, memory: bool = False) -> tuple[Partition, list[int], float] | None:
+        """The matched layout of this problem (``matched.py``; with ``memory``, under the
+        fill model's memory budget). Cached: the placement phase asks for it every time."""
+        if memory not in self._matched:
+            self._matched[memory] = matched_layout(self.fill_model(memory), self.devices)
+        return self._matched[memory]
 
     # ---- building candidates ------------------------------------------------------------
     def from_order(

@@ -37,7 +37,6 @@ from octopipe_core.costs import StageCosts
 from octopipe_core.plan import Action, Kind
 
 _EPS = 1e-9
-LOOSE_BOUND = 1.05  # rounds are abandoned only this far above the caller's bound
 _KINDS = (Kind.F, Kind.B, Kind.W)
 Edges = list[list[tuple[int, float]]]
 
@@ -129,11 +128,9 @@ def forward_pass(
     prio: list[float],
     budget_mib: list[float] | None,
     lookahead: float = 0.0,
-    bound_ms: float | None = None,
-) -> tuple[list[list[Action]], float, list[float], list[float]] | None:
-    """Orders, makespan (ms), per-action end times and per-device activation peaks (MiB) of
-    the forward list schedule by ``prio`` (smallest first); ``None`` if memory stalls it or,
-    with ``bound_ms``, as soon as a device cannot finish within that bound."""
+) -> tuple[list[list[Action]], float, list[float]] | None:
+    """Orders, makespan (ms) and per-action end times (ms) of the forward list schedule by
+    ``prio`` (smallest first); ``None`` if memory stalls it."""
     S, M, N = g.S, g.M, g.N
     SM = S * M
     dur, dev = g.dur, g.device
@@ -144,10 +141,6 @@ def forward_pass(
         stages_of[d].append(s)
     reserve = [sum(act[t] for t in stages_of[placement[s]] if t > s) for s in range(S)]
     budget = [float("inf")] * devices if budget_mib is None else list(budget_mib)
-    left = [0.0] * devices
-    for a in range(N):
-        left[dev[a]] += dur[a]
-    bound = float("inf") if bound_ms is None else bound_ms * (1 + 1e-9) + _EPS
     cnt = [len(x) for x in g.preds]
     ready = [0.0] * N
     end = [0.0] * N
@@ -155,7 +148,7 @@ def forward_pass(
     avail: list[list[int]] = [[] for _ in range(devices)]
     w_heap: list[list[tuple[float, int]]] = [[] for _ in range(devices)]
     free, send_free = [0.0] * devices, [0.0] * devices
-    mem, peak = [0.0] * devices, [0.0] * devices
+    mem = [0.0] * devices
     order: list[list[Action]] = [[] for _ in range(devices)]
     events = [(0.0, d) for d in range(devices)]
     for a in range(N):
@@ -187,8 +180,6 @@ def forward_pass(
             if fu:
                 heapq.heappush(events, (fu[0][0], d))
             continue
-        if t + left[d] > bound:
-            return None
         a = best
         if a >= 2 * SM:
             heapq.heappop(wh)
@@ -198,12 +189,10 @@ def forward_pass(
         s, i = divmod(rest, M)
         e = t + dur[a]
         end[a] = free[d] = e
-        left[d] -= dur[a]
         done += 1
         order[d].append(Action(s, _KINDS[k], i))
         if k == 0:
             mem[d] += act[s]
-            peak[d] = max(peak[d], mem[d])
         else:
             mem[d] -= act[s] - stash[s] if k == 1 else stash[s]
         heapq.heappush(events, (e, d))
@@ -229,7 +218,7 @@ def forward_pass(
                     heapq.heappush(events, (max(ready[q], free[dq]), dq))
     if done != N:
         return None
-    return order, max(free), end, peak
+    return order, max(free), end
 
 
 def justified_schedule(
@@ -240,13 +229,12 @@ def justified_schedule(
     budget_mib: list[float] | None,
     passes: int = 3,
     lookahead: float = 0.0,
-    bound_ms: float | None = None,
     start: dict[Action, float] | None = None,
     deadline: float | None = None,
-) -> tuple[list[list[Action]], float, list[float]] | None:
+) -> tuple[list[list[Action]], float] | None:
     """The best of ``passes`` backward-then-forward rounds (module docstring): per-device
-    orders, makespan (ms) and activation peaks (MiB); ``None`` if every forward pass stalls
-    on memory or exceeds ``bound_ms``, or when stages recompute (not modelled here).
+    orders and makespan (ms); ``None`` if the first forward pass stalls on memory, or when
+    stages recompute (not modelled here).
     ``start`` gives the end time (ms) of every F, B and W in a schedule to improve (default:
     micro-batch order). Rounds stop at ``deadline`` (``time.perf_counter()``), keeping the
     best found so far (the first round always runs)."""
@@ -261,19 +249,15 @@ def justified_schedule(
             end_ms[_KINDS.index(a.kind) * SM + a.stage * M + a.mb] = e
     else:  # micro-batch order: F, B, W of micro-batch 0 end first, then those of 1, ...
         end_ms = [float(3 * (a % M) + a // SM) for a in range(g.N)]
-    best: tuple[list[list[Action]], float, list[float]] | None = None
-    # a round slower than the bound can still lead to a faster next one: prune loosely
-    loose = None if bound_ms is None else bound_ms * LOOSE_BOUND
+    best: tuple[list[list[Action]], float] | None = None
     for k in range(passes):
         if k > 0 and deadline is not None and time.perf_counter() > deadline:
             break
         prio = backward_pass(g, devices, end_ms)
-        r = forward_pass(g, costs, placement, devices, prio, budget_mib, lookahead, loose)
+        r = forward_pass(g, costs, placement, devices, prio, budget_mib, lookahead)
         if r is None:
             break
-        order, span, end_ms, peak = r
+        order, span, end_ms = r
         if best is None or span < best[1] - 1e-9:
-            best = (order, span, peak)
-    if best is not None and bound_ms is not None and best[1] > bound_ms * (1 + 1e-9) + _EPS:
-        return None
+            best = (order, span)
     return best

@@ -45,7 +45,6 @@ from octopipe_core.tuner.layouts import (
     family_placement,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
-from octopipe_core.tuner.matched import matched_layout
 
 P = Phase.PLACEMENT
 SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
@@ -94,7 +93,7 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
                 name = f"{fam} (memory-aware)" if mem else fam
                 ranked.append((res.objective_ms, name, res.partition, place))
     for mem in memory:  # wide pipelines: one early layer per device, the rest matched
-        got = matched_layout(ev.fill_model(mem), p)
+        got = ev.matched_layout(mem)
         if got is not None:
             ranked.append((got[2], "matched (memory-aware)" if mem else "matched", *got[:2]))
     ranked.sort(key=lambda x: x[0])

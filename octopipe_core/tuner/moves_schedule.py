@@ -36,7 +36,6 @@ from octopipe_core.tuner.justify import justified_schedule
 from octopipe_core.tuner.list_scheduler import POLICIES, Policy
 
 _EPS = 1e-9
-Cand = Candidate | None
 
 
 class Timeline:
@@ -300,6 +299,22 @@ def policy_proposals(
 JUSTIFY_MOVES = ((4, 0.0, False), (10, 0.5, False), (6, 0.5, True))
 
 
+def _justify_thunk(
+    ev: Evaluator, inc: Candidate, passes: int, lookahead: float, from_inc: bool
+) -> Callable[[], Candidate | None]:
+    def build() -> Candidate | None:
+        plan, res = inc.plan, inc.result
+        costs = ev.costs(plan.partition)
+        ends = dict(zip((a for _d, a in res.ops), res.end_ms, strict=True)) if from_inc else None
+        got = justified_schedule(
+            costs, plan.placement, ev.devices, ev.microbatches,
+            ev.budgets_mib(costs, plan.placement), passes, lookahead, ends, ev.deadline,
+        )  # fmt: skip
+        return None if got is None else ev.from_order(plan.partition, plan.placement, got[0], "")
+
+    return build
+
+
 def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
     """Forward-backward improvement of the incumbent's schedule (split F/B/W, no
     recomputation), from micro-batch order and from the incumbent's times."""
@@ -308,23 +323,10 @@ def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
         return []
     out = []
     for passes, wait, from_inc in JUSTIFY_MOVES:
-
-        def build(passes: int = passes, wait: float = wait, mine: bool = from_inc) -> Cand:
-            costs = ev.costs(plan.partition)
-            res = inc.result
-            ends = {a: e for (_d, a), e in zip(res.ops, res.end_ms, strict=True)} if mine else None
-            got = justified_schedule(
-                costs, plan.placement, ev.devices, ev.microbatches,
-                ev.budgets_mib(costs, plan.placement), passes, wait, start=ends,
-                deadline=ev.deadline,
-            )  # fmt: skip
-            if got is None:
-                return None
-            return ev.from_order(plan.partition, plan.placement, got[0], "")
-
         how = f"{passes} rounds" + (", lookahead" if wait else "")
         how += ", from its times" if from_inc else ""
-        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, f"justify the schedule ({how})", build))
+        thunk = _justify_thunk(ev, inc, passes, wait, from_inc)
+        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, f"justify the schedule ({how})", thunk))
     return out
 
 
