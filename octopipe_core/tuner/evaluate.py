@@ -31,6 +31,7 @@ from octopipe_core.simulator import SimResult, simulate
 from octopipe_core.tuner.layouts import DeviceFn, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
 from octopipe_core.tuner.matched import matched_layout
+from octopipe_core.tuner.packed import packed_layout
 
 Partition = list[tuple[int, int]]
 Rec = tuple[int, ...] | list[int]  # stages that recompute their forward in B
@@ -187,11 +188,15 @@ class Evaluator:
                 self._fill_cache[key] = res
         return res
 
-    def matched_layout(self, memory: bool = False) -> tuple[Partition, list[int], float] | None:
-        """The matched layout of this problem (``matched.py``; with ``memory``, under the
-        fill model's memory budget). Cached: the placement phase asks for it every time."""
+    def spread_layout(self, memory: bool = False) -> tuple[Partition, list[int], float] | None:
+        """The layout where every device starts with one of the first layers: matched
+        (``matched.py``, up to two layers per device) or packed (``packed.py``, more); with
+        ``memory``, under the fill model's memory budget. Cached: the placement phase asks for
+        it every time."""
         if memory not in self._matched:
-            self._matched[memory] = matched_layout(self.fill_model(memory), self.devices)
+            model = self.fill_model(memory)
+            got = matched_layout(model, self.devices) or packed_layout(model, self.devices)
+            self._matched[memory] = got
         return self._matched[memory]
 
     # ---- building candidates ------------------------------------------------------------

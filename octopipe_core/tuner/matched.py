@@ -86,13 +86,23 @@ def matched_layout(model: FillModel, devices: int) -> tuple[Partition, list[int]
             lo = mid + 1
         else:
             hi, best = mid, got
-    device = list(range(p)) + best
+    part, place = layout_of_owners(list(range(p)) + best)
+    return part, place, max(device_needs(model, part, place))
+
+
+def layout_of_owners(owner: list[int]) -> tuple[Partition, list[int]]:
+    """Stages and their devices from the device of each layer: runs of consecutive layers on
+    one device form one stage.
+
+    >>> layout_of_owners([0, 1, 1, 0])
+    ([(0, 1), (1, 3), (3, 4)], [0, 1, 0])
+    """
     part: Partition = []
     place: list[int] = []
-    for i, d in enumerate(device):
+    for i, d in enumerate(owner):
         if place and place[-1] == d:
             part[-1] = (part[-1][0], i + 1)
         else:
             part.append((i, i + 1))
             place.append(d)
-    return part, place, max(device_needs(model, part, place))
+    return part, place

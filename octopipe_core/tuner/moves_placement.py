@@ -4,7 +4,8 @@
   ``fold{r}`` (stage dispersion into virtual stages, loop, V and partly folded V shapes), with
   the exact fill-aware partition (``fill_partition.py``: the slowest device's earliest start
   plus load is minimal) and, for the regular families, the device-balanced one too; with
-  fewer than two layers per device, also the ``matched`` layout (``matched.py``);
+  fewer than two layers per device, also the ``matched`` layout (``matched.py``), with three
+  to eight the ``packed`` one (``packed.py``);
 * **split**: cut one stage in two and put the new half on another device (irregular layouts);
 * **merge**: join two adjacent stages that sit on the same device (saves a transfer);
 * **swap**: exchange the devices of two stages (e.g. move a memory-hungry block to a device
@@ -74,10 +75,12 @@ def _layout(
     return lambda: ev.from_policies(part, place, "", policies)
 
 
-def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) -> list[Proposal]:
-    """Layout families that fit the model's layer count, ranked by the objective of their
-    exact fill-aware partitions (the ``top`` best; fold depths 1, 2, 4, ... and the deepest),
-    then each regular family with its device-balanced partition."""
+def ranked_layouts(
+    ev: Evaluator, current: str | None = None
+) -> list[tuple[float, str, Partition, list[int]]]:
+    """Layout families that fit the model's layer count with their exact fill-aware
+    partitions (fold depths 1, 2, 4, ... and the deepest), and the matched or packed layout,
+    best fill-model objective (ms) first: ``(objective_ms, name, partition, placement)``."""
     n, p = ev.profile.num_layers, ev.devices
     deepest = min(p - 1, n - p)
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
@@ -92,11 +95,21 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
             if res.partition is not None and res.objective_ms is not None:
                 name = f"{fam} (memory-aware)" if mem else fam
                 ranked.append((res.objective_ms, name, res.partition, place))
-    for mem in memory:  # wide pipelines: one early layer per device, the rest matched
-        got = ev.matched_layout(mem)
+    for mem in memory:  # wide pipelines: one early layer per device, the rest matched/packed
+        got = ev.spread_layout(mem)
         if got is not None:
-            ranked.append((got[2], "matched (memory-aware)" if mem else "matched", *got[:2]))
+            kind = "matched" if n <= 2 * p else "packed"
+            ranked.append((got[2], f"{kind} (memory-aware)" if mem else kind, *got[:2]))
     ranked.sort(key=lambda x: x[0])
+    return ranked
+
+
+def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) -> list[Proposal]:
+    """The ``top`` best of ``ranked_layouts`` (twice as many when memory is tight), then each
+    regular family with its device-balanced partition."""
+    ranked = ranked_layouts(ev, current)
+    memory = (False, True) if ev.memory_tight else (False,)
+    n, p = ev.profile.num_layers, ev.devices
     out = [
         proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", _layout(ev, part, place, FAM_POL))
         for _obj, fam, part, place in ranked[: top * len(memory)]
