@@ -1,5 +1,6 @@
-"""Packed layouts (``tuner/packed.py``): a valid layout, where they apply, and the tuner
-proposing one where the contiguous layouts cannot balance the devices."""
+"""Packed layouts (``tuner/packed.py``): a valid layout, where they apply, the tuner
+proposing one where the contiguous layouts cannot balance the devices, and the climb's
+placement-first rule on large problems (``climb.layout_gains``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from octopipe_core.bounds import LayerTimes
 from octopipe_core.fill_partition import FillModel, device_needs, solve_fill
 from octopipe_core.profile import load_sample
 from octopipe_core.tuner import packed as packed_mod
-from octopipe_core.tuner.evaluate import Evaluator
+from octopipe_core.tuner.climb import LAYOUT_FIRST_SIZE, layout_gains, peer_candidates, rank_phases
+from octopipe_core.tuner.evaluate import Evaluator, Phase
 from octopipe_core.tuner.layouts import family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES
 from octopipe_core.tuner.moves_placement import family_proposals, ranked_layouts
 from octopipe_core.tuner.packed import packed_layout
+from octopipe_core.tuner.search import tune
 
 
 def _model(n: int, seed: int, m: int = 8) -> FillModel:
@@ -71,3 +74,23 @@ def test_packed_layout_beats_every_contiguous_layout_on_nemotron_h_56b_at_32_dev
     # the tuner, 30 s: 3,508 ms on this layout, against 3,685 for the best contiguous one)
     c = ev.from_policies(part, place, "packed", POLICIES[:1])
     assert c is not None and c.fits and c.step_ms < 3700.0
+
+
+def test_placement_goes_first_on_large_problems_when_a_layout_gains_clearly_more() -> None:
+    # the best peer (dualpipev, balanced) has a large imbalance, but repartitioning its V
+    # gains little; the packed layout's need is about 8 % lower: the climb switches first
+    ev = Evaluator(load_sample("nemotron-h-56b"), 32, 128, 80.0)
+    _table, peers = peer_candidates(ev)
+    peer = min(peers, key=lambda c: c.key())
+    part_gain, layout_gain = layout_gains(ev, peer)
+    assert layout_gain > part_gain + 0.05 * peer.step_ms
+    assert rank_phases(peer)[0] is Phase.PARTITION  # by the bubbles alone
+    assert rank_phases(peer, (part_gain, layout_gain))[0] is Phase.PLACEMENT
+    assert rank_phases(peer, (layout_gain, part_gain))[0] is Phase.PARTITION
+    assert LAYOUT_FIRST_SIZE <= 32 * 128
+    r = tune(ev.profile, 32, 128, time_budget_s=30, max_iterations=1)
+    first = r.history[0]
+    assert first["phase"] == Phase.PLACEMENT and first["move"] == "switch to packed"
+    # the switch comes list-scheduled (3,531 ms) and justified (3,508 ms)
+    peer_ms = r.best_peer()
+    assert peer_ms is not None and r.step_time_ms < 0.935 * peer_ms[1]

@@ -5,7 +5,7 @@
   the exact fill-aware partition (``fill_partition.py``: the slowest device's earliest start
   plus load is minimal) and, for the regular families, the device-balanced one too; with
   fewer than two layers per device, also the ``matched`` layout (``matched.py``), with three
-  to eight the ``packed`` one (``packed.py``);
+  to eight the ``packed`` one (``packed.py``), both list-scheduled and then justified;
 * **split**: cut one stage in two and put the new half on another device (irregular layouts);
 * **merge**: join two adjacent stages that sit on the same device (saves a transfer);
 * **swap**: exchange the devices of two stages (e.g. move a memory-hungry block to a device
@@ -36,6 +36,7 @@ from octopipe_core.tuner.evaluate import (
     Partition,
     Phase,
     Proposal,
+    better,
     proposal,
 )
 from octopipe_core.tuner.layouts import (
@@ -46,6 +47,7 @@ from octopipe_core.tuner.layouts import (
     family_placement,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
+from octopipe_core.tuner.moves_schedule import justify_thunk
 
 P = Phase.PLACEMENT
 SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
@@ -73,6 +75,26 @@ def _layout(
     if policies is None:  # small problems afford every policy on every move
         policies = POLICIES if ev.devices * ev.microbatches <= 16 else POLICIES[:2]
     return lambda: ev.from_policies(part, place, "", policies)
+
+
+SPREAD = ("matched", "packed")  # one-layer stages: the greedy list rules alone order them poorly
+
+
+def _spread(
+    ev: Evaluator, part: Partition, place: list[int], policies: tuple
+) -> Callable[[], Candidate | None]:
+    """A matched or packed layout, list-scheduled and then justified (4 rounds from the list
+    schedule's times): on their many one-layer stages the greedy rules leave 2-6 % idle, and
+    a climb that only sees the list schedule spends a whole schedule phase to find that."""
+
+    def build() -> Candidate | None:
+        c = ev.from_policies(part, place, "", policies)
+        if c is None or not c.fits:
+            return c
+        j = justify_thunk(ev, c, 4, 0.0, False)()
+        return j if j is not None and better(j, c) else c
+
+    return build
 
 
 def ranked_layouts(
@@ -111,8 +133,9 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
     memory = (False, True) if ev.memory_tight else (False,)
     n, p = ev.profile.num_layers, ev.devices
     out = [
-        proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", _layout(ev, part, place, FAM_POL))
+        proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", build(ev, part, place, FAM_POL))
         for _obj, fam, part, place in ranked[: top * len(memory)]
+        for build in (_spread if fam.startswith(SPREAD) else _layout,)
     ]
     for fam in FAMILIES:
         place = family_placement(fam, p)

@@ -299,7 +299,7 @@ def policy_proposals(
 JUSTIFY_MOVES = ((4, 0.0, False), (10, 0.5, False), (6, 0.5, True))
 
 
-def _justify_thunk(
+def justify_thunk(
     ev: Evaluator, inc: Candidate, passes: int, lookahead: float, from_inc: bool
 ) -> Callable[[], Candidate | None]:
     def build() -> Candidate | None:
@@ -325,7 +325,7 @@ def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
     for passes, wait, from_inc in JUSTIFY_MOVES:
         how = f"{passes} rounds" + (", lookahead" if wait else "")
         how += ", from its times" if from_inc else ""
-        thunk = _justify_thunk(ev, inc, passes, wait, from_inc)
+        thunk = justify_thunk(ev, inc, passes, wait, from_inc)
         out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, f"justify the schedule ({how})", thunk))
     return out
 
