@@ -48,6 +48,16 @@ def test_packed_layout_is_a_valid_layout_and_the_descent_only_helps(
     assert greedy is not None and need <= greedy[2]
 
 
+def test_packed_layout_keeps_to_the_memory_budget() -> None:
+    # 26 layers of 100 MiB weights on 5 devices, one micro-batch of 10 MiB in flight each
+    base = _model(26, 3)
+    n = base.num_layers
+    roomy = base.with_memory([100.0] * n, [10.0] * n, 2000.0, inflight=(1.0,) * n)
+    tight = base.with_memory([100.0] * n, [10.0] * n, 400.0, inflight=(1.0,) * n)
+    assert packed_layout(roomy, 5) == packed_layout(base, 5)  # the budget never binds
+    assert packed_layout(tight, 5) is None  # 26 layers need 2,860 MiB, 5 x 400 = 2,000
+
+
 def test_packed_layout_applies_from_three_to_eight_layers_per_device() -> None:
     model = _model(40, 0)
     assert packed_layout(model, 20) is None  # two per device: the matched layout's range
@@ -63,12 +73,13 @@ def test_packed_layout_beats_every_contiguous_layout_on_nemotron_h_56b_at_32_dev
     ev = Evaluator(load_sample("nemotron-h-56b"), 32, 128, 80.0)
     got = ev.spread_layout()
     assert got is not None
-    part, place, need = got
+    kind, part, place, need = got
+    assert kind == "packed" and (part, place, need) == packed_layout(ev.fill, 32)
     conts = [solve_fill(ev.fill, family_placement(f, 32)) for f in ("seq", "v", "fold8")]
     best_cont = min(c.objective_ms for c in conts if c.objective_ms is not None)
     assert need < 0.96 * best_cont
     first = ranked_layouts(ev)[0]
-    assert first[1] == "packed" and first[0] == need
+    assert first.name == "packed" and first.objective_ms == need and first.spread
     assert any(p.description == "switch to packed" for p in family_proposals(ev))
     # list-scheduled with one policy, it already beats the best peer (dualpipev: 3,762 ms;
     # the tuner, 30 s: 3,508 ms on this layout, against 3,685 for the best contiguous one)

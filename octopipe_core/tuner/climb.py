@@ -90,7 +90,7 @@ def layout_gains(ev: Evaluator, inc: Candidate) -> tuple[float, float]:
     need = fill_objective(ev.fill, part, place)
     own = ev.fill_partition(place, start=part).objective_ms
     ranked = ranked_layouts(ev)
-    best = ranked[0][0] if ranked else need
+    best = ranked[0].objective_ms if ranked else need
     return max(0.0, need - (need if own is None else own)), max(0.0, need - best)
 
 
@@ -198,9 +198,9 @@ class _State:
         gain = FIRST_GAIN if first_gain is None else first_gain
         ev = self.ev
         exhausted: set[str] = set()
+        layout_first = switch_families and ev.devices * ev.microbatches >= LAYOUT_FIRST_SIZE
         while not ev.out_of_time() and not self.stopped():
-            big = ev.devices * ev.microbatches >= LAYOUT_FIRST_SIZE
-            gains = layout_gains(ev, inc) if switch_families and big else None
+            gains = layout_gains(ev, inc) if layout_first else None
             todo = [ph for ph in rank_phases(inc, gains) if ph not in exhausted]
             if not todo:
                 break

@@ -30,8 +30,7 @@ from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
 from octopipe_core.tuner.layouts import DeviceFn, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
-from octopipe_core.tuner.matched import matched_layout
-from octopipe_core.tuner.packed import packed_layout
+from octopipe_core.tuner.packed import spread_layout
 
 Partition = list[tuple[int, int]]
 Rec = tuple[int, ...] | list[int]  # stages that recompute their forward in B
@@ -120,7 +119,7 @@ class Evaluator:
         hops = sorted(self.hop_ms[:-1]) or [0.0]
         self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
-        self._matched: dict[bool, tuple[Partition, list[int], float] | None] = {}
+        self._spread: dict[bool, tuple[str, Partition, list[int], float] | None] = {}
         self.memory_tight = False  # set by the tuner when the cap binds the peers
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
@@ -188,16 +187,13 @@ class Evaluator:
                 self._fill_cache[key] = res
         return res
 
-    def spread_layout(self, memory: bool = False) -> tuple[Partition, list[int], float] | None:
-        """The layout where every device starts with one of the first layers: matched
-        (``matched.py``, up to two layers per device) or packed (``packed.py``, more); with
-        ``memory``, under the fill model's memory budget. Cached: the placement phase asks for
-        it every time."""
-        if memory not in self._matched:
-            model = self.fill_model(memory)
-            got = matched_layout(model, self.devices) or packed_layout(model, self.devices)
-            self._matched[memory] = got
-        return self._matched[memory]
+    def spread_layout(self, memory: bool = False) -> tuple[str, Partition, list[int], float] | None:
+        """``packed.spread_layout`` of this problem (name, partition, placement, fill-model
+        need); with ``memory``, under the fill model's memory budget. Cached: the placement
+        phase asks for it every time."""
+        if memory not in self._spread:
+            self._spread[memory] = spread_layout(self.fill_model(memory), self.devices)
+        return self._spread[memory]
 
     # ---- building candidates ------------------------------------------------------------
     def from_order(

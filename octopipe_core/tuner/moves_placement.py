@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from octopipe_core.tuner.evaluate import (
     Candidate,
@@ -47,7 +48,7 @@ from octopipe_core.tuner.layouts import (
     family_placement,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
-from octopipe_core.tuner.moves_schedule import justify_thunk
+from octopipe_core.tuner.moves_schedule import JUSTIFY_MOVES, justify_thunk
 
 P = Phase.PLACEMENT
 SMALL_LAYOUT = 12  # up to this many stages, try every swap and relocation
@@ -77,9 +78,6 @@ def _layout(
     return lambda: ev.from_policies(part, place, "", policies)
 
 
-SPREAD = ("matched", "packed")  # one-layer stages: the greedy list rules alone order them poorly
-
-
 def _spread(
     ev: Evaluator, part: Partition, place: list[int], policies: tuple
 ) -> Callable[[], Candidate | None]:
@@ -91,52 +89,64 @@ def _spread(
         c = ev.from_policies(part, place, "", policies)
         if c is None or not c.fits:
             return c
-        j = justify_thunk(ev, c, 4, 0.0, False)()
+        j = justify_thunk(ev, c, *JUSTIFY_MOVES[0])()
         return j if j is not None and better(j, c) else c
 
     return build
 
 
-def ranked_layouts(
-    ev: Evaluator, current: str | None = None
-) -> list[tuple[float, str, Partition, list[int]]]:
+class RankedLayout(NamedTuple):
+    """A layout and its fill-model objective (ms); ``spread``: a matched or packed layout
+    (one-layer stages, which the greedy list rules alone order poorly)."""
+
+    objective_ms: float
+    name: str
+    partition: Partition
+    placement: list[int]
+    spread: bool = False
+
+
+def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayout]:
     """Layout families that fit the model's layer count with their exact fill-aware
     partitions (fold depths 1, 2, 4, ... and the deepest), and the matched or packed layout,
-    best fill-model objective (ms) first: ``(objective_ms, name, partition, placement)``."""
+    best fill-model objective first."""
     n, p = ev.profile.num_layers, ev.devices
     deepest = min(p - 1, n - p)
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
     ranked = []
-    memory = (False, True) if ev.memory_tight else (False,)
     for fam in (*FAMILIES, *(f"fold{r}" for r in folds)):
         place = family_placement(fam, p)
         if fam == current or len(place) > n:
             continue
-        for mem in memory:
+        for mem in _memory(ev):
             res = ev.fill_partition(place, memory=mem)
             if res.partition is not None and res.objective_ms is not None:
                 name = f"{fam} (memory-aware)" if mem else fam
-                ranked.append((res.objective_ms, name, res.partition, place))
-    for mem in memory:  # wide pipelines: one early layer per device, the rest matched/packed
+                ranked.append(RankedLayout(res.objective_ms, name, res.partition, place))
+    for mem in _memory(ev):  # wide pipelines: one early layer per device, the rest spread
         got = ev.spread_layout(mem)
         if got is not None:
-            kind = "matched" if n <= 2 * p else "packed"
-            ranked.append((got[2], f"{kind} (memory-aware)" if mem else kind, *got[:2]))
-    ranked.sort(key=lambda x: x[0])
+            kind, part, place, need = got
+            name = f"{kind} (memory-aware)" if mem else kind
+            ranked.append(RankedLayout(need, name, part, place, spread=True))
+    ranked.sort(key=lambda x: x.objective_ms)
     return ranked
+
+
+def _memory(ev: Evaluator) -> tuple[bool, ...]:
+    """Whether to rank layouts without and with the memory budget, or without only."""
+    return (False, True) if ev.memory_tight else (False,)
 
 
 def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) -> list[Proposal]:
     """The ``top`` best of ``ranked_layouts`` (twice as many when memory is tight), then each
     regular family with its device-balanced partition."""
-    ranked = ranked_layouts(ev, current)
-    memory = (False, True) if ev.memory_tight else (False,)
     n, p = ev.profile.num_layers, ev.devices
-    out = [
-        proposal(P, Move.SWITCH_FAMILY, f"switch to {fam}", build(ev, part, place, FAM_POL))
-        for _obj, fam, part, place in ranked[: top * len(memory)]
-        for build in (_spread if fam.startswith(SPREAD) else _layout,)
-    ]
+    out = []
+    for lay in ranked_layouts(ev, current)[: top * len(_memory(ev))]:
+        build = _spread if lay.spread else _layout
+        thunk = build(ev, lay.partition, lay.placement, FAM_POL)
+        out.append(proposal(P, Move.SWITCH_FAMILY, f"switch to {lay.name}", thunk))
     for fam in FAMILIES:
         place = family_placement(fam, p)
         if fam == current or len(place) > n:

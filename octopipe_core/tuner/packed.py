@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from octopipe_core.fill_partition import FillModel, Partition, device_need, device_needs
-from octopipe_core.tuner.matched import layout_of_owners
+from octopipe_core.tuner.matched import layout_of_owners, matched_layout
 
 MIN_PER_DEVICE = 3  # more layers per device than this ...
 MAX_PER_DEVICE = 8  # ... and at most this many
@@ -76,24 +76,19 @@ def _improve(
     lowers a device's need (and keeps the other below it); False when there is none."""
     p = len(held)
     for d in sorted(range(p), key=lambda d: -cur[d])[:4]:
-        best: tuple[float, int, int, int | None, float, float] | None = None
+        tries: list[tuple[float, int, int, int | None, float, float]] = []
         for x in held[d][1:]:  # the first layer (layer d) stays
             rest = [y for y in held[d] if y != x]
-            nd = need(rest)
             for e in range(p):
                 if e == d:
                     continue
-                ne = need([*held[e], x])
-                if max(nd, ne) < cur[d] * (1 - 1e-12) and (best is None or max(nd, ne) < best[0]):
-                    best = (max(nd, ne), x, e, None, nd, ne)
-                for y in held[e][1:]:
-                    if abs(work[y] - work[x]) < 1e-12:
-                        continue
-                    nd2, ne2 = need([*rest, y]), need([z for z in held[e] if z != y] + [x])
-                    top = max(nd2, ne2)
-                    if top < cur[d] * (1 - 1e-12) and (best is None or top < best[0]):
-                        best = (top, x, e, y, nd2, ne2)
-        if best is not None:
+                # move x to e, or swap it with one of e's later layers of another cost
+                for back in [None, *(y for y in held[e][1:] if abs(work[y] - work[x]) > 1e-12)]:
+                    nd = need(rest if back is None else [*rest, back])
+                    ne = need([*(z for z in held[e] if z != back), x])
+                    tries.append((max(nd, ne), x, e, back, nd, ne))
+        best = min(tries, default=None, key=lambda t: t[0])
+        if best is not None and best[0] < cur[d] * (1 - 1e-12):
             _top, x, e, back, nd, ne = best
             held[d].remove(x)
             held[e].append(x)
@@ -103,3 +98,14 @@ def _improve(
             cur[d], cur[e] = nd, ne
             return True
     return False
+
+
+def spread_layout(model: FillModel, devices: int) -> tuple[str, Partition, list[int], float] | None:
+    """The layout where every device starts with one of the first layers, named: ``matched``
+    (``matched.py``, up to two layers per device) or ``packed`` (three to eight); None
+    outside those ranges or when nothing fits the model's memory budget."""
+    got = matched_layout(model, devices)
+    if got is not None:
+        return ("matched", *got)
+    got = packed_layout(model, devices)
+    return None if got is None else ("packed", *got)
