@@ -1,11 +1,10 @@
 """Run every test in two phases, sized for a 2-core machine.
 
 Phase 1 runs the in-process tests (``-m "not dist and not e2e and not wheel"``, each a single
-busy thread) as two shards at once, one per core, and the browser tests beside them (mostly
-waiting on the page). Phase 2 runs the tests that start processes (gloo ranks, ``torchrun``
-jobs, the wheel's virtual environment) alone: gloo ranks that share their cores with other busy
-processes wait for the scheduler at every message (5-10x slower, measured), so they get the
-machine to themselves.
+busy thread) in shards at once, and beside them the browser tests (mostly waiting on the page)
+then the wheel test. Phase 2 runs the multi-process tests (gloo ranks, ``torchrun`` jobs)
+alone: gloo ranks that share their cores with other busy processes wait for the scheduler at
+every message (5-10x slower, measured), so they get the machine to themselves.
 
 Each shard's output streams live, prefixed with its name; the exit status is non-zero when any
 shard fails or selects no test. Extra arguments go to every pytest (``-x``, ``-k EXPR``).
@@ -23,6 +22,8 @@ import time
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=600"]
 IN_PROCESS = "not dist and not e2e and not wheel"
+BESIDE = "(e2e or wheel) and not dist"  # browser and wheel tests, beside the shards
+ALONE = "dist"  # phase 2
 SHARDS = 3
 
 
@@ -67,12 +68,12 @@ def main(extra: list[str]) -> int:
         )
         for i in range(SHARDS)
     }
-    shards["browser"] = (["-m", "e2e", *extra], {})
-    print(f"== phase 1: in-process tests in {SHARDS} shards and the browser tests", flush=True)
+    shards["browser, wheel"] = (["-m", BESIDE, *extra], {})
+    print(f"== phase 1: in-process tests in {SHARDS} shards, browser and wheel tests", flush=True)
     codes = run_together(shards)
     t1 = time.monotonic()
-    print("== phase 2: multi-process and wheel tests, alone", flush=True)
-    rest = ["-m", "(dist or wheel) and not e2e", "--durations=15", *extra]
+    print("== phase 2: multi-process tests, alone", flush=True)
+    rest = ["-m", ALONE, "--durations=15", *extra]
     codes |= run_together({"processes": (rest, {})})
     t2 = time.monotonic()
     print(f"== tests: phase 1 {t1 - t0:.0f} s, phase 2 {t2 - t1:.0f} s, total {t2 - t0:.0f} s")

@@ -1,0 +1,78 @@
+"""``.ci/lanes.py`` runs every test exactly once: its three marker expressions split every
+combination of the suite's markers."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+import pytest
+from _pytest.mark.expression import Expression
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lanes() -> object:
+    spec = importlib.util.spec_from_file_location("lanes", ROOT / ".ci" / "lanes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _selects(expr: str, marked: set[str]) -> bool:
+    return Expression.compile(expr).evaluate(lambda name, **_: name in marked)
+
+
+def test_lanes_select_every_test_exactly_once() -> None:
+    lanes = _lanes()
+    exprs = [lanes.IN_PROCESS, lanes.BESIDE, lanes.ALONE]  # type: ignore[attr-defined]
+    markers = ("dist", "e2e", "wheel")
+    for bits in itertools.product((False, True), repeat=len(markers)):
+        marked = {m for m, on in zip(markers, bits, strict=True) if on}
+        hits = [e for e in exprs if _selects(e, marked)]
+        assert len(hits) == 1, (marked, hits)
+
+
+def test_every_marker_of_the_suite_is_one_the_lanes_know() -> None:
+    """The markers declared in pyproject.toml are the three the lanes split on (a new marker
+    must be placed in a lane)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text[text.index("markers = [") :].split("]", 1)[0]
+    names = {line.strip().strip('"').split(":")[0] for line in block.splitlines()[1:]}
+    assert names - {""} == {"dist", "e2e", "wheel"}, names
+
+
+class _Hooks:
+    def __init__(self) -> None:
+        self.deselected: list[object] = []
+
+    def pytest_deselected(self, items: list[object]) -> None:
+        self.deselected += items
+
+
+class _Config:
+    def __init__(self) -> None:
+        self.hook = _Hooks()
+
+
+def test_shards_split_the_selected_tests_without_loss_or_overlap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conftest import pytest_collection_modifyitems as shard
+
+    whole = [f"t{k}" for k in range(23)]
+    parts = []
+    for i in range(3):
+        monkeypatch.setenv("OCTOPIPE_TEST_SHARD", f"{i}/3")
+        items, config = list(whole), _Config()
+        shard(config, items)  # type: ignore[arg-type]
+        assert sorted(items + config.hook.deselected) == sorted(whole)  # the rest is reported
+        parts.append(items)
+    assert sorted(t for p in parts for t in p) == sorted(whole)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    for bad in ("3/3", "1", "a/b", "-1/2"):
+        monkeypatch.setenv("OCTOPIPE_TEST_SHARD", bad)
+        with pytest.raises(pytest.UsageError, match="expected i/n with 0 <= i < n"):
+            shard(_Config(), list(whole))  # type: ignore[arg-type]
