@@ -7,9 +7,10 @@ alone: gloo ranks that share their cores with other busy processes wait for the 
 every message (5-10x slower, measured), so they get the machine to themselves.
 
 Each shard's output streams live, prefixed with its name; the exit status is non-zero when any
-shard fails or selects no test. Extra arguments go to every pytest (``-x``, ``-k EXPR``).
+shard fails or selects no test. With arguments (``tests/test_plan.py -x``), one pytest runs
+them instead.
 
-Usage: ``python .ci/lanes.py [PYTEST_ARGS...]`` (``bash .ci/run`` calls it).
+Usage: ``python .ci/lanes.py [PYTEST_ARGS...]`` (``bash .ci/run`` passes its arguments on).
 """
 
 from __future__ import annotations
@@ -59,29 +60,34 @@ def run_together(jobs: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str,
     return codes
 
 
-def main(extra: list[str]) -> int:
+def failed(codes: dict[str, int]) -> int:
+    """0 when every job passed; else 1, after naming the jobs that did not."""
+    bad = [name for name, code in codes.items() if code != 0]
+    if bad:
+        print(f"== FAILED: {', '.join(bad)}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def main(args: list[str]) -> int:
+    if args:
+        return subprocess.call([*PYTEST, "--durations=15", *args])
     t0 = time.monotonic()
     shards = {
         f"in-process {i + 1}/{SHARDS}": (
-            ["-m", IN_PROCESS, "--durations=8", *extra],
+            ["-m", IN_PROCESS, "--durations=8"],
             {"OCTOPIPE_TEST_SHARD": f"{i}/{SHARDS}"},
         )
         for i in range(SHARDS)
     }
-    shards["browser, wheel"] = (["-m", BESIDE, *extra], {})
+    shards["browser, wheel"] = (["-m", BESIDE], {})
     print(f"== phase 1: in-process tests in {SHARDS} shards, browser and wheel tests", flush=True)
     codes = run_together(shards)
     t1 = time.monotonic()
     print("== phase 2: multi-process tests, alone", flush=True)
-    rest = ["-m", ALONE, "--durations=15", *extra]
-    codes |= run_together({"processes": (rest, {})})
+    codes |= run_together({"processes": (["-m", ALONE, "--durations=15"], {})})
     t2 = time.monotonic()
     print(f"== tests: phase 1 {t1 - t0:.0f} s, phase 2 {t2 - t1:.0f} s, total {t2 - t0:.0f} s")
-    failed = [name for name, code in codes.items() if code != 0]
-    if failed:
-        print(f"== FAILED: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return failed(codes)
 
 
 if __name__ == "__main__":

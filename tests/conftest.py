@@ -33,7 +33,8 @@ _scan_installed_components_once()
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so the shards are even
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``OCTOPIPE_TEST_SHARD=i/n`` keeps every n-th test from the i-th (round robin over the
-    collected order), so ``.ci/run`` can run the in-process tests in two processes at once."""
+    collected order), so ``.ci/lanes.py`` can run the in-process tests in several processes at
+    once."""
     spec = os.environ.get("OCTOPIPE_TEST_SHARD")
     if not spec:
         return
@@ -45,5 +46,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"OCTOPIPE_TEST_SHARD={spec!r}: expected i/n with 0 <= i < n, e.g. 0/2"
         ) from None
+    keep = items[i::n]
     config.hook.pytest_deselected(items=[it for k, it in enumerate(items) if k % n != i])
-    items[:] = [it for k, it in enumerate(items) if k % n == i]
+    items[:] = keep

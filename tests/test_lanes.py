@@ -76,3 +76,24 @@ def test_shards_split_the_selected_tests_without_loss_or_overlap(
         monkeypatch.setenv("OCTOPIPE_TEST_SHARD", bad)
         with pytest.raises(pytest.UsageError, match="expected i/n with 0 <= i < n"):
             shard(_Config(), list(whole))  # type: ignore[arg-type]
+
+
+def test_a_failing_or_empty_job_fails_the_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs run at once; each one's exit code comes back, and any non-zero one fails the run
+    (pytest exits 5 when a lane selects no test)."""
+    monkeypatch.delenv("OCTOPIPE_TEST_SHARD", raising=False)  # set when this runs in a shard
+    lanes = _lanes()
+    here = "tests/test_lanes.py"
+    codes = lanes.run_together(  # type: ignore[attr-defined]
+        {
+            "ok": ([here, "-k", "every_marker"], {}),
+            "empty": ([here, "-k", "no_such_test"], {}),
+        }
+    )
+    assert codes == {"ok": 0, "empty": 5}
+    out = capsys.readouterr()
+    assert "[ok] " in out.out and "== empty: exit 5" in out.out
+    assert lanes.failed(codes) == 1 and "== FAILED: empty" in capsys.readouterr().err  # type: ignore[attr-defined]
+    assert lanes.failed({"ok": 0}) == 0  # type: ignore[attr-defined]
