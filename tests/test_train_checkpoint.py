@@ -84,20 +84,23 @@ def test_resumed_run_has_the_losses_of_an_uninterrupted_one(
 
 
 def _worker_pids(job: Path) -> list[int]:
-    """PIDs of this test's own worker processes (their command line names the job folder; the
-    torchrun agent above them is left alone)."""
-    pids = []
+    """PIDs of this test's own ranks: the children of the launcher whose command line names
+    the job folder (the launcher itself is left alone)."""
+    procs: dict[int, tuple[int, str]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        worker = "octopipe_core.executor.worker" in cmd and "torch.distributed.run" not in cmd
-        if worker and str(job) in cmd:
-            pids.append(int(d.name))
-    return pids
+        procs[int(d.name)] = (ppid, cmd)
+    launchers = {
+        pid for pid, (_, cmd) in procs.items()
+        if "octopipe_core.executor.local_launch" in cmd and str(job) in cmd
+    }  # fmt: skip
+    return [pid for pid, (ppid, _) in procs.items() if ppid in launchers]
 
 
 @pytest.mark.dist
@@ -131,7 +134,7 @@ def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) ->
         (job / "STOP").touch()
         out, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:  # this test's own process group: run, torchrun, its workers
+        if proc.poll() is None:  # this test's own process group: run, the launcher, its ranks
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out[-6000:]
     step = int(first.removeprefix("step_"))

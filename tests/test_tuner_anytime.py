@@ -16,7 +16,7 @@ from octopipe_core.tuner.evaluate import Evaluator
 
 
 def test_anytime_spends_the_budget_and_beats_stopping_at_convergence():
-    prof = load_sample("jamba-v0.1")
+    prof = load_sample("tiny-hybrid")
     quick = tune(prof, 4, 8, time_budget_s=30, stop_at_convergence=True)
     assert quick.converged and quick.stop_reason.startswith("climbs converged")
     budget = 2 * quick.search_time_s + 1.0  # the same path, then more

@@ -100,7 +100,7 @@ def test_plan_files_keep_recomputation_and_reject_bad_stages(tmp_path):
 def test_tuner_recomputes_only_where_it_pays(monkeypatch):
     # at 8 GiB no plan without recomputation fits (4 GiB of weights per device, 2 GiB per
     # block and micro-batch in flight); recomputing some stages makes one fit
-    tight = tune(act_heavy(8.0), 2, 8, time_budget_s=6)
+    tight = tune(act_heavy(8.0), 2, 8, time_budget_s=30, stop_at_convergence=True)
     assert tight.fits_memory and tight.plan.recompute
     again = simulate(act_heavy(8.0), tight.plan, 8.0)
     assert again.fits_memory and again.step_time_ms == pytest.approx(tight.step_time_ms)
@@ -108,7 +108,7 @@ def test_tuner_recomputes_only_where_it_pays(monkeypatch):
     assert not roomy.plan.recompute  # with room for the activations it never pays
     assert roomy.step_time_ms < tight.step_time_ms
     monkeypatch.setattr(climb_mod, "recompute_proposals", lambda ev, inc, limit=4: [])
-    without = tune(act_heavy(8.0), 2, 8, time_budget_s=3)
+    without = tune(act_heavy(8.0), 2, 8, time_budget_s=30, stop_at_convergence=True)
     assert not without.plan.recompute and not without.fits_memory
 
 

@@ -1,6 +1,7 @@
-"""``octopipe run``: launch an exported job on this machine (torchrun, gloo, CPU), all its
-pp x dp ranks on one node; ``--check`` compares the first step with a single-process
-reference on the union of every replica's batch."""
+"""``octopipe run``: launch an exported job on this machine (gloo, CPU), all its pp x dp
+ranks on one node (``executor.local_launch``: one process per rank, as under torchrun);
+``--check`` compares the first step with a single-process reference on the union of every
+replica's batch."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from octopipe_core.executor.trust import confirm_user_code
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
-        help="run an exported job locally (torchrun, gloo, CPU)",
-        description="Launch DIR/executor_config.json with torchrun, one process per rank "
+        help="run an exported job locally (one process per rank, gloo, CPU)",
+        description="Launch DIR/executor_config.json on this machine, one process per rank "
         "(pipeline devices x DP replicas). --steps N trains up to step N (resuming from the "
         "latest checkpoint in the job folder, if any). With --check, also run the "
         "single-process reference and compare the first step's loss and gradients.",
@@ -63,15 +64,16 @@ def launch(
     timeout: float,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """torchrun (single node, local rendezvous) the worker on ``cfg_path``."""
+    """Run the worker on ``cfg_path`` in ``nproc`` local ranks (``executor.local_launch``:
+    forked from one interpreter with gloo, a fresh interpreter per rank otherwise)."""
+    backend = extra[extra.index("--backend") + 1] if "--backend" in extra else "auto"
     cmd = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        "-m",
-        "octopipe_core.executor.worker",
+        "octopipe_core.executor.local_launch",
+        f"--nproc={nproc}",
+        *([] if backend == "gloo" else ["--exec"]),
+        "--",
         str(cfg_path),
         "--out",
         str(out),
@@ -86,7 +88,7 @@ def launch(
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """End torchrun and every worker it started (they share its new session)."""
+    """End the launcher and every worker it started (they share its new session)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -96,7 +98,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             continue
-        if sig == signal.SIGTERM:  # torchrun is gone; its workers may not be
+        if sig == signal.SIGTERM:  # the launcher is gone; its workers may not be
             time.sleep(0.2)
 
 
@@ -169,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(proc.stderr[-6000:])
         errs = summarize_failure(proc.stderr)
         raise OctoPipeError(
-            f"run: the job failed (torchrun exit {proc.returncode}) after {wall:.1f} s: "
+            f"run: the job failed (launcher exit {proc.returncode}) after {wall:.1f} s: "
             + (" | ".join(errs) or "see the log above")
             + "; fix: see the worker error above"
         )
@@ -228,20 +230,16 @@ def resume_step(cfg: dict[str, Any], job: Path) -> int | None:
 
 
 def summarize_failure(log: str) -> list[str]:
-    """The workers' own error lines and torchrun's root cause (rank, exit code / signal)."""
-    lines = log.splitlines()
-    errs = [ln.strip() for ln in lines if "octopipe worker: error" in ln][:4]
-    if "Failures:" in log:
-        rank = ""
-        seen = set()
-        for ln in log[log.index("Failures:") :].splitlines():
-            key, _, val = ln.strip().partition(":")
-            if key.strip() == "rank":
-                rank = val.strip().split()[0]
-            elif key.strip() == "exitcode" and rank and rank not in seen:
-                seen.add(rank)
-                errs.append(f"rank {rank} exited with code {val.strip()}")
-    return errs
+    """The workers' own error lines, then the launcher's (which rank ended how).
+
+    >>> summarize_failure("octopipe launch: rank 1 exited with code -9 (SIGKILL)")
+    ['rank 1 exited with code -9 (SIGKILL)']
+    """
+    lines = [ln.strip() for ln in log.splitlines()]
+    errs = [ln for ln in lines if "octopipe worker: error" in ln][:4]
+    return errs + [
+        ln.removeprefix("octopipe launch: ") for ln in lines if ln.startswith("octopipe launch: ")
+    ]
 
 
 def check(cfg: dict[str, Any], out: Path, res: dict[str, Any], job: Path) -> int:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from octopipe_core.executor.local_launch import PRELOAD as RANK_PRELOAD
 from octopipe_core.executor.train import execute
 
 
@@ -29,8 +30,9 @@ def free_port() -> int:
 
 
 # Imported once by the fork server; every local rank is forked from it with these modules loaded
-# (a fresh interpreter per rank would import torch again: 1-2 s of CPU each).
-PRELOAD = ["torch", "torch.distributed", "octopipe_core.executor.train"]
+# (a fresh interpreter per rank would import torch again, and torch._dynamo at the optimizer's
+# first call: about 2 s of CPU each).
+PRELOAD = ["torch", "torch.distributed", "octopipe_core.executor.train", *RANK_PRELOAD]
 
 
 def _with_env(rank: int, fn: Callable[..., None], env: dict[str, str], *args: Any) -> None:

@@ -1,4 +1,5 @@
-"""Worker entry point under torchrun: ``python -m octopipe_core.executor.worker CONFIG``.
+"""Worker entry point of one rank, under torchrun (``python -m octopipe_core.executor.worker
+CONFIG``) or forked by ``octopipe run``'s launcher (``executor.local_launch``).
 
 Trains the job (``train.execute``; the job folder is the config's folder: data paths,
 checkpoints, STOP/CHECKPOINT files). Rank 0 writes ``result.json`` (losses, step times, op
