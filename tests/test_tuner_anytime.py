@@ -51,7 +51,11 @@ def test_longer_budget_never_hurts_and_progress_is_monotone():
     bests = [e.best_step_time_ms for e in seen if e.fits_memory]
     assert bests == sorted(bests, reverse=True)
     assert all(e.best_bound_ms == pytest.approx(long.best_bound_ms) for e in seen)
-    assert any(e.phase == "restart" for e in seen)
+    # a run to convergence reports its restarts (4.5 s of wall clock may not reach them on a
+    # loaded machine)
+    done: list[TuneProgress] = []
+    tune(prof, 4, 8, time_budget_s=60, seed=2, stop_at_convergence=True, progress=done.append)
+    assert any(e.phase == "restart" for e in done)
 
 
 def test_seeding_the_uncapped_search_with_the_capped_plan_is_never_slower():
