@@ -3,15 +3,17 @@ child per rank, torchrun's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`
 
 With gloo (CPU), the launcher imports torch and the parts of it a rank loads lazily (the
 optimizer's first call imports ``torch._dynamo``: as long again as ``import torch``) once,
-then forks the ranks, which start with all of it loaded: a 4-rank job starts in about a
-third of torchrun's time (``docs/benchmarks.md``). With NCCL (or ``auto``), each child
-execs a fresh interpreter, as torchrun does: a CUDA context must not be shared across a fork.
+then forks the ranks, which start with all of it loaded: a 4-rank job takes about half of
+torchrun's wall time and a third of its CPU (``benchmarks/bench_launch.py``). With NCCL (or
+``auto``), each child execs a fresh interpreter, as torchrun does: a CUDA context must not be
+shared across a fork.
 
 The rendezvous store is the launcher's (``TORCHELASTIC_USE_AGENT_STORE``, as under
 torchrun), created after the fork on a port the kernel picks, and each child reads the port
-from a pipe: no thread runs at the fork, and no port is guessed. When a rank fails, the
-others get SIGTERM, then SIGKILL after ``--grace-s``; each failed rank is named on stderr
-(``octopipe launch: rank 1 exited with code -9 (SIGKILL)``) and the exit status is 1.
+from a pipe: the store's server thread does not exist yet at the fork, and no port is
+guessed. When a rank fails, the others get SIGTERM, then SIGKILL after ``--grace-s``; each
+failed rank is named on stderr (``octopipe launch: rank 1 exited with code -9 (SIGKILL)``)
+and the exit status is 1.
 SIGTERM, SIGINT and SIGHUP to the launcher end every rank; SIGUSR1 is passed on to them (a
 checkpoint request).
 
