@@ -248,7 +248,7 @@ def run_plan(
         job / "executor_config.json",
         job / "out",
         2,
-        ["--backend", "gloo"],
+        [],
         900,
         env={"OCTOPIPE_PIN": "1", "OMP_NUM_THREADS": "1"},
     )
@@ -347,7 +347,7 @@ def write_doc(rows: list[dict[str, Any]], args: argparse.Namespace, cmd: str, wa
         "# Executor fidelity: simulator vs measured steps",
         "",
         f"Command: `{cmd.strip()}` (wall {wall:.0f} s; profiles are made first, then each plan "
-        "is exported and run with torchrun).",
+        "is exported and run with `octopipe run`'s launcher).",
         "",
         f"Machine: {os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}) "
         f"shared with other jobs (load average at the end {load[0]:.1f} / {load[1]:.1f} / "

@@ -11,7 +11,6 @@ Run: ``python benchmarks/bench_launch.py [--reps 3]`` (about a minute on 2 cores
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from octopipe_core.cli import main as cli  # noqa: E402
+from octopipe_core.commands.run import worker_env  # noqa: E402
 from octopipe_core.plan import save_plan  # noqa: E402
 from octopipe_core.profile import load_sample  # noqa: E402
 from octopipe_core.schedules import build_plan  # noqa: E402
@@ -33,19 +33,13 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of ``cmd`` (with every process it waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env())
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[2]} failed:\n{proc.stderr[-3000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return wall, cpu
-
-
-def _env() -> dict[str, str]:
-    e = dict(os.environ, OMP_NUM_THREADS="1")
-    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    return e
 
 
 def main() -> int:

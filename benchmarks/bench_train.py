@@ -80,9 +80,7 @@ def run_job(plan: Plan, args: argparse.Namespace, dp: int, tmp: Path) -> dict[st
     # ranks 0..1 are replica 0's devices; pinned to core rank % 2, both replicas of a device
     # share its core (as the simulator's devices, each with its own timeline)
     env = {"OCTOPIPE_PIN": "1", "OMP_NUM_THREADS": "1"}
-    proc = launch(
-        job / "executor_config.json", job / "out", 2 * dp, ["--backend", "gloo"], 900, env=env
-    )
+    proc = launch(job / "executor_config.json", job / "out", 2 * dp, [], 900, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"job dp{dp} failed:\n{proc.stderr[-3000:]}")
     return json.loads((job / "out" / "result.json").read_text())  # type: ignore[no-any-return]

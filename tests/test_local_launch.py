@@ -1,6 +1,7 @@
 """``octopipe run``'s launcher (``executor.local_launch``): ranks forked from one interpreter
-that imported torch once; a rank that fails is named with its exit code; SIGTERM to the
-launcher ends every rank and the job fails in one line."""
+that imported torch once; a rank that fails is named with its exit code; SIGUSR1 to the
+launcher reaches the ranks (a checkpoint), SIGTERM ends every rank and the job fails in one
+line."""
 
 from __future__ import annotations
 
@@ -14,19 +15,16 @@ from pathlib import Path
 import pytest
 
 from octopipe_core.cli import main
-from octopipe_core.commands.run import summarize_failure
+from octopipe_core.commands.run import summarize_failure, worker_env
 from octopipe_core.plan import save_plan
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _launch(*args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "octopipe_core.executor.local_launch", *args]
     return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
 
@@ -52,7 +50,7 @@ def test_launcher_refuses_a_call_without_worker_arguments() -> None:
 
 @pytest.mark.dist
 @pytest.mark.timeout(300)
-def test_sigterm_to_the_launcher_ends_every_rank(tmp_path: Path) -> None:
+def test_sigusr1_is_passed_on_and_sigterm_ends_every_rank(tmp_path: Path) -> None:
     job, plan = tmp_path / "job", tmp_path / "plan.json"
     prof = load_sample("tiny-hybrid")
     save_plan(build_plan(prof, "1f1b", 2, 4), plan, prof)
@@ -68,6 +66,11 @@ def test_sigterm_to_the_launcher_ends_every_rank(tmp_path: Path) -> None:
         ranks = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
                  .read_text().split()]  # fmt: skip
         assert len(ranks) == 2
+        proc.send_signal(signal.SIGUSR1)  # passed on to the ranks: they checkpoint
+        latest = job / "checkpoints" / "latest"
+        while time.time() < deadline and not latest.exists():
+            time.sleep(0.2)
+        assert latest.exists(), "SIGUSR1 to the launcher did not reach the ranks"
         t = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

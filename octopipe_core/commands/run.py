@@ -56,6 +56,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def worker_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a job's processes: one compute thread unless set, this
+    checkout importable first, then ``env``."""
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    root = str(Path(__file__).resolve().parents[2])
+    e["PYTHONPATH"] = root + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update(env or {})
+    return e
+
+
 def launch(
     cfg_path: Path,
     out: Path,
@@ -63,10 +74,11 @@ def launch(
     extra: list[str],
     timeout: float,
     env: dict[str, str] | None = None,
+    backend: str = "gloo",
 ) -> subprocess.CompletedProcess[str]:
-    """Run the worker on ``cfg_path`` in ``nproc`` local ranks (``executor.local_launch``:
-    forked from one interpreter with gloo, a fresh interpreter per rank otherwise)."""
-    backend = extra[extra.index("--backend") + 1] if "--backend" in extra else "auto"
+    """Run the worker on ``cfg_path`` in ``nproc`` local ranks on ``backend``, with the worker
+    arguments ``extra`` (``executor.local_launch``: forked from one interpreter with gloo, a
+    fresh interpreter per rank otherwise)."""
     cmd = [
         sys.executable,
         "-m",
@@ -77,14 +89,11 @@ def launch(
         str(cfg_path),
         "--out",
         str(out),
+        "--backend",
+        backend,
         *extra,
     ]
-    e = dict(os.environ)
-    e.setdefault("OMP_NUM_THREADS", "1")
-    root = str(Path(__file__).resolve().parents[2])
-    e["PYTHONPATH"] = root + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    e.update(env or {})
-    return run_process_group(cmd, e, timeout)
+    return run_process_group(cmd, worker_env(env), timeout)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -152,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         if start >= steps + warmup:  # answered here, without launching a single rank
             print(f"nothing to run: the job is at step {start} already (--steps)")
             return 0
-    extra = ["--backend", args.backend]
+    extra: list[str] = []
     if args.check:
         extra.append("--grads")
     if args.no_resume or args.check:
@@ -164,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     out = d / "out"
     t0 = time.perf_counter()
     env = {"OCTOPIPE_IMPORT_CWD": "1"} if args.import_cwd else None
-    proc = launch(cfg_path, out, nproc, extra, args.timeout, env)
+    proc = launch(cfg_path, out, nproc, extra, args.timeout, env, args.backend)
     wall = time.perf_counter() - t0
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:

@@ -32,7 +32,7 @@ def free_port() -> int:
 # Imported once by the fork server; every local rank is forked from it with these modules loaded
 # (a fresh interpreter per rank would import torch again, and torch._dynamo at the optimizer's
 # first call: about 2 s of CPU each).
-PRELOAD = ["torch", "torch.distributed", "octopipe_core.executor.train", *RANK_PRELOAD]
+PRELOAD = ["octopipe_core.executor.train", *RANK_PRELOAD]
 
 
 def _with_env(rank: int, fn: Callable[..., None], env: dict[str, str], *args: Any) -> None:

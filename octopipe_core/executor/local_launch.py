@@ -31,16 +31,15 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
 
-# What a rank imports lazily after ``import torch``, loaded once before forking.
+WORKER = "octopipe_core.executor.worker"
+# The worker, and what a rank imports lazily after it, loaded once before forking.
 PRELOAD = (
-    "octopipe_core.executor.worker",
+    WORKER,
     "torch._dynamo",  # the first optimizer call imports it
     "torch.distributed.checkpoint",
     "torch.profiler",
 )
-WORKER = "octopipe_core.executor.worker"
 
 
 def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
@@ -70,12 +69,11 @@ def exit_text(code: int) -> str:
     >>> exit_text(-9), exit_text(3)
     ('code -9 (SIGKILL)', 'code 3')
     """
+    name = ""
     if code < 0:
-        try:
-            return f"code {code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"code {code}"
-    return f"code {code}"
+        with contextlib.suppress(ValueError):
+            name = f" ({signal.Signals(-code).name})"
+    return f"code {code}{name}"
 
 
 def _child(rank: int, world: int, port_r: int, worker_args: list[str], fresh: bool) -> None:
@@ -185,26 +183,24 @@ def launch(world: int, worker_args: list[str], fresh: bool, grace_s: float = 5.0
         ranks.pids[pid] = rank
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, ranks.on_signal)
-    store: Any = None
     try:
         from datetime import timedelta
 
         from torch.distributed import TCPStore
 
+        # lives until the ranks are reaped below (a local of this call)
         store = TCPStore(
             "127.0.0.1", 0, world, is_master=True, timeout=timedelta(seconds=60),
             wait_for_workers=False,
         )  # fmt: skip
         port = str(store.port)
-    except Exception as e:  # every child must hear, or it would wait forever
+    except Exception as e:  # every child must hear (an empty port: it exits with 1)
         print(f"octopipe launch: error: no rendezvous store: {e}", file=sys.stderr, flush=True)
         port = ""
     for w in writers:
         os.write(w, port.encode())
         os.close(w)
-    code = ranks.wait()
-    del store
-    return code if port else 1
+    return ranks.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
