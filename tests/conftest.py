@@ -29,6 +29,20 @@ def _scan_installed_components_once() -> None:
 
 _scan_installed_components_once()
 
+QUICK_TUNE_S = 0.5  # the landing page's quick tune in the AppTest page tests (3 s in the app)
+
+
+@pytest.fixture(autouse=True)
+def _quick_landing_tune(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AppTest page tests (``test_app*.py``, ``test_dash_*.py``) check the pages, not the
+    tuner (``test_tuner_*.py`` does), and each opens the landing page in a fresh cache, which
+    runs the quick tune again: give it 0.5 s instead of 3 s (about 25 s of the suite)."""
+    if not request.path.name.startswith(("test_app", "test_dash_")):
+        return
+    from app.components import state
+
+    monkeypatch.setattr(state, "AUTO_TUNE_BUDGET_S", QUICK_TUNE_S)
+
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so the shards are even
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

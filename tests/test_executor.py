@@ -65,7 +65,9 @@ def tuned_plan(prof: Profile, devices: int, m: int) -> Plan | None:
         return None
     from octopipe_core.tuner import tune
 
-    res: Any = tune(prof, devices=devices, microbatches=m, time_budget_s=2)
+    res: Any = tune(
+        prof, devices=devices, microbatches=m, time_budget_s=2, stop_at_convergence=True
+    )
     return res if isinstance(res, Plan) else res.plan
 
 

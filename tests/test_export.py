@@ -293,7 +293,9 @@ def test_every_sample_tuned_plan_runs_with_exact_gradients() -> None:
     from octopipe_core.tuner import tune
 
     profs = [load_sample(s) for s in SAMPLES]
-    cfgs = [make_config(tune(p, 4, 4, time_budget_s=1).plan, p) for p in profs]
+    cfgs = [
+        make_config(tune(p, 4, 4, time_budget_s=1, stop_at_convergence=True).plan, p) for p in profs
+    ]
     results = run_local(cfgs, 4)
     for name, prof, cfg, res in zip(SAMPLES, profs, cfgs, results, strict=True):
         fams = [lt.family for lt in prof.layer_costs()]

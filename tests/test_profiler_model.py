@@ -109,7 +109,8 @@ def test_measured_profile_tunes_exports_and_runs(
     prof = _profile_cli(tmp_path, HYBRID, "embedding,m=mamba,a=attention,m,a,lm_head")
     plan = tmp_path / "tuned.json"
     assert main(["tune", "--profile", str(prof), "--devices", "2", "--microbatches", "4",
-                 "--time-budget-s", "2", "--out", str(plan)]) == 0  # fmt: skip
+                 "--time-budget-s", "2", "--stop-at-convergence",
+                 "--out", str(plan)]) == 0  # fmt: skip
     job = tmp_path / "job"
     assert main(["export", str(plan), "--out", str(job), "--model", HYBRID, "--hidden", "16",
                  "--seq", "8", "--vocab", "64", "--dtype", "float64",

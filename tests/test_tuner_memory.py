@@ -104,7 +104,7 @@ def test_tuner_recomputes_only_where_it_pays(monkeypatch):
     assert tight.fits_memory and tight.plan.recompute
     again = simulate(act_heavy(8.0), tight.plan, 8.0)
     assert again.fits_memory and again.step_time_ms == pytest.approx(tight.step_time_ms)
-    roomy = tune(act_heavy(40.0), 2, 8, time_budget_s=3)
+    roomy = tune(act_heavy(40.0), 2, 8, time_budget_s=3, stop_at_convergence=True)
     assert not roomy.plan.recompute  # with room for the activations it never pays
     assert roomy.step_time_ms < tight.step_time_ms
     monkeypatch.setattr(climb_mod, "recompute_proposals", lambda ev, inc, limit=4: [])

@@ -75,7 +75,7 @@ def test_partition_phase_gives_heavy_lm_head_its_own_stage():
 
 
 def test_tune_on_heavy_head_matches_best_peer_and_isolates_head():
-    r = tune(heavy_head(), 4, 8, time_budget_s=3, restarts=1)
+    r = tune(heavy_head(), 4, 8, time_budget_s=3, stop_at_convergence=True, restarts=1)
     fitting = [v.step_time_ms for v in r.baselines.values() if v.fits_memory and v.step_time_ms]
     assert fitting and r.step_time_ms <= min(fitting) + 1e-6
     head_stage = next(s for s, (a, b) in enumerate(r.plan.partition) if a <= 8 < b)
@@ -85,7 +85,7 @@ def test_tune_on_heavy_head_matches_best_peer_and_isolates_head():
 # ---- placement ------------------------------------------------------------------------------
 def test_moe_block_is_placed_only_where_it_fits():
     prof = moe_memory()
-    r = tune(prof, 4, 4, time_budget_s=4, restarts=1)
+    r = tune(prof, 4, 4, time_budget_s=4, stop_at_convergence=True, restarts=1)
     peers = [v for v in r.baselines.values() if v.ok]
     assert peers and not any(v.fits_memory for v in peers)  # no peer plan fits 16 GiB
     assert r.fits_memory and max(r.peak_memory_gib) <= 16.0 + 1e-9
@@ -117,7 +117,7 @@ def test_only_w_delay_fills_the_bubble():
 
 
 def test_tune_defers_w_when_memory_allows():
-    r = tune(w_heavy(), 2, 4, time_budget_s=3, restarts=1)
+    r = tune(w_heavy(), 2, 4, time_budget_s=3, stop_at_convergence=True, restarts=1)
     assert r.fits_memory
     assert _w_after_f(r.plan)
     one_ms = r.baselines.step_ms("1f1b/uniform")
@@ -126,9 +126,9 @@ def test_tune_defers_w_when_memory_allows():
 
 # ---- memory ---------------------------------------------------------------------------------
 def test_memory_cap_forces_early_w():
-    free = tune(stash_heavy(80.0), 2, 4, time_budget_s=2, restarts=1)
+    free = tune(stash_heavy(80.0), 2, 4, time_budget_s=2, stop_at_convergence=True, restarts=1)
     assert _w_after_f(free.plan)  # without a cap W is deferred
-    tight = tune(stash_heavy(2.6), 2, 4, time_budget_s=2, restarts=1)
+    tight = tune(stash_heavy(2.6), 2, 4, time_budget_s=2, stop_at_convergence=True, restarts=1)
     assert tight.fits_memory and max(tight.peak_memory_gib) <= 2.6 + 1e-9
     assert not _w_after_f(tight.plan)  # every W runs before the device's next F
 
@@ -144,7 +144,7 @@ def test_memory_repair_advances_w_before_the_peak():
 
 
 def test_no_plan_fits_names_device_and_shortfall():
-    r = tune(stash_heavy(2.2), 2, 4, time_budget_s=2, restarts=1)
+    r = tune(stash_heavy(2.2), 2, 4, time_budget_s=2, stop_at_convergence=True, restarts=1)
     assert not r.fits_memory
     assert r.shortfall is not None
     assert r.shortfall["device"] in (0, 1)
@@ -158,7 +158,7 @@ def test_no_plan_fits_names_device_and_shortfall():
 @pytest.mark.parametrize("cap", [2.6, 3.0, 4.0])
 def test_returned_plan_never_exceeds_the_cap(cap: float):
     prof = stash_heavy(cap)
-    r = tune(prof, 2, 6, time_budget_s=1.5, restarts=1)
+    r = tune(prof, 2, 6, time_budget_s=1.5, stop_at_convergence=True, restarts=1)
     validate_plan(r.plan, prof.num_layers)
     sim = simulate(prof, r.plan, cap)
     assert sim.fits_memory and max(sim.peak_memory_gib) <= cap + 1e-9
@@ -169,7 +169,7 @@ def test_granularity_floor_is_a_lower_bound_and_explains_the_gap():
     from octopipe_core.tuner.diagnose import granularity_bound
 
     prof = load_sample("llama-3-8b")
-    r = tune(prof, 8, 16, time_budget_s=3, restarts=1)
+    r = tune(prof, 8, 16, time_budget_s=3, stop_at_convergence=True, restarts=1)
     floor = granularity_bound(layer_times_ms(prof), 8, 16)
     assert r.granularity_ms == pytest.approx(floor)
     assert floor > r.lower_bound_ms * 1.1  # an LM head and 32 blocks cannot split 8 ways

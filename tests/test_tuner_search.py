@@ -63,7 +63,7 @@ def test_list_scheduler_stalls_when_one_microbatch_does_not_fit():
 
 def test_tune_is_never_slower_than_a_fitting_peer_and_reproduces(tmp_path):
     prof = load_sample("nemotron-h-8b")
-    r = tune(prof, 4, 8, time_budget_s=4, restarts=1)
+    r = tune(prof, 4, 8, time_budget_s=4, stop_at_convergence=True, restarts=1)
     best = r.baselines.best()
     assert best is not None and best.step_time_ms is not None
     assert r.step_time_ms <= best.step_time_ms + 1e-6
@@ -126,7 +126,7 @@ def test_tuner_beats_or_matches_random_search_with_same_budget():
 
 def test_tuner_within_one_percent_of_exact_optimum():
     prof = hybrid(6)
-    t = tune(prof, 2, 3, time_budget_s=3)
+    t = tune(prof, 2, 3, time_budget_s=3, stop_at_convergence=True)
     e = exact_optimum(prof, 2, 3, max_stages_per_device=2, time_limit_s=20)
     assert e.complete and e.plan is not None
     validate_plan(e.plan, prof.num_layers)
@@ -175,7 +175,7 @@ def test_cli_tune_every_sample_reproduces(name: str, tmp_path, capsys):
     out = tmp_path / f"{name}.json"
     rc = main(
         ["tune", "--profile", name, "--devices", "4", "--microbatches", "8",
-         "--time-budget-s", "1", "--out", str(out), "--json"]
+         "--time-budget-s", "1", "--stop-at-convergence", "--out", str(out), "--json"]
     )  # fmt: skip
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["fits_memory"]
