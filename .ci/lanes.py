@@ -1,13 +1,16 @@
-"""Run every test in two phases, sized for a 2-core machine.
+"""Run every test at once, sized for a 2-core machine.
 
-Phase 1 runs the in-process tests (``-m "not dist and not e2e and not wheel"``, each a single
-busy thread) in shards at once, and beside them the browser tests (mostly waiting on the page)
-then the wheel test. Phase 2 runs the multi-process tests (gloo ranks, ``torchrun`` jobs)
-alone: gloo ranks that share their cores with other busy processes wait for the scheduler at
-every message (5-10x slower, measured), so they get the machine to themselves.
+The multi-process tests (``-m dist``: gloo ranks, ``torchrun`` jobs) run in the foreground:
+gloo ranks that share their cores with other busy processes wait for the scheduler at every
+message (5-10x slower, measured). Everything else runs beside them at idle priority
+(``SCHED_IDLE``, which only gets CPU time no foreground process wants): the in-process tests
+(``-m "not dist and not e2e and not wheel"``, each a single busy thread) in shards, and the
+browser tests then the wheel test. The multi-process tests leave about one core idle on
+average (process starts, one-rank phases, waits), which the others take; the two phases this
+replaced ran them one after the other.
 
-Each shard's output streams live, prefixed with its name; the exit status is non-zero when any
-shard fails or selects no test. With arguments (``tests/test_plan.py -x``), one pytest runs
+Each job's output streams live, prefixed with its name; the exit status is non-zero when any
+job fails or selects no test. With arguments (``tests/test_plan.py -x``), one pytest runs
 them instead.
 
 Usage: ``python .ci/lanes.py [PYTEST_ARGS...]`` (``bash .ci/run`` passes its arguments on).
@@ -20,12 +23,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=600"]
 IN_PROCESS = "not dist and not e2e and not wheel"
 BESIDE = "(e2e or wheel) and not dist"  # browser and wheel tests, beside the shards
-ALONE = "dist"  # phase 2
-SHARDS = 3
+ALONE = "dist"  # in the foreground
+SHARDS = 2  # each pytest process spends about 11 s collecting; two keep both cores busy
 
 
 def _relay(name: str, proc: subprocess.Popen[str], last: dict[str, str]) -> None:
@@ -37,8 +41,25 @@ def _relay(name: str, proc: subprocess.Popen[str], last: dict[str, str]) -> None
         print(f"[{name}] {line}", flush=True)
 
 
-def run_together(jobs: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, int]:
-    """Start every job at once, relay their output line by line, return their exit codes."""
+def _background() -> None:
+    """Run this process (and its children) only on CPU time nobody else wants."""
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(19)
+
+
+def _foreground() -> None:
+    """Run this process at the normal policy, even when the caller runs in the background."""
+    if hasattr(os, "SCHED_OTHER"):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def run_together(
+    jobs: dict[str, tuple[list[str], dict[str, str]]], background: Collection[str] = ()
+) -> dict[str, int]:
+    """Start every job at once (those named in ``background`` at idle priority), relay their
+    output line by line, return their exit codes."""
     procs, threads, last = {}, [], {}
     for name, (args, env) in jobs.items():
         proc = subprocess.Popen(
@@ -47,6 +68,7 @@ def run_together(jobs: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=_background if name in background else _foreground,
         )
         procs[name] = proc
         t = threading.Thread(target=_relay, args=(name, proc, last), daemon=True)
@@ -72,21 +94,22 @@ def main(args: list[str]) -> int:
     if args:
         return subprocess.call([*PYTEST, "--durations=15", *args])
     t0 = time.monotonic()
-    shards = {
+    background = {
         f"in-process {i + 1}/{SHARDS}": (
             ["-m", IN_PROCESS, "--durations=8"],
             {"OCTOPIPE_TEST_SHARD": f"{i}/{SHARDS}"},
         )
         for i in range(SHARDS)
     }
-    shards["browser, wheel"] = (["-m", BESIDE], {})
-    print(f"== phase 1: in-process tests in {SHARDS} shards, browser and wheel tests", flush=True)
-    codes = run_together(shards)
-    t1 = time.monotonic()
-    print("== phase 2: multi-process tests, alone", flush=True)
-    codes |= run_together({"processes": (["-m", ALONE, "--durations=15"], {})})
-    t2 = time.monotonic()
-    print(f"== tests: phase 1 {t1 - t0:.0f} s, phase 2 {t2 - t1:.0f} s, total {t2 - t0:.0f} s")
+    background["browser, wheel"] = (["-m", BESIDE], {})
+    jobs = {"processes": (["-m", ALONE, "--durations=15"], {}), **background}
+    print(
+        f"== multi-process tests in the foreground; in-process tests in {SHARDS} shards, "
+        "browser and wheel tests at idle priority",
+        flush=True,
+    )
+    codes = run_together(jobs, background=set(background))
+    print(f"== tests: {time.monotonic() - t0:.0f} s")
     return failed(codes)
 
 

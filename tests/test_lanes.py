@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,23 @@ def test_a_failing_or_empty_job_fails_the_run(
     assert "[ok] " in out.out and "== empty: exit 5" in out.out
     assert lanes.failed(codes) == 1 and "== FAILED: empty" in capsys.readouterr().err  # type: ignore[attr-defined]
     assert lanes.failed({"ok": 0}) == 0  # type: ignore[attr-defined]
+
+
+def test_background_jobs_run_at_idle_priority(tmp_path: Path) -> None:
+    """Jobs named in ``background`` (and their children) run under ``SCHED_IDLE``, so the
+    multi-process tests in the foreground never wait for them; the others keep the normal
+    policy."""
+    if not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("SCHED_IDLE is Linux-only; elsewhere background jobs get nice 19")
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import os, subprocess, sys\n"
+        "def test_idle():\n"
+        "    child = 'import os; print(os.sched_getscheduler(0))'\n"
+        "    out = subprocess.run([sys.executable, '-c', child], capture_output=True, text=True)\n"
+        "    assert os.sched_getscheduler(0) == int(out.stdout) == os.SCHED_IDLE\n"
+    )
+    codes = _lanes().run_together(  # type: ignore[attr-defined]
+        {"bg": ([str(probe)], {}), "fg": ([str(probe)], {})}, background={"bg"}
+    )
+    assert codes == {"bg": 0, "fg": 1}
