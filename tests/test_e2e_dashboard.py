@@ -90,7 +90,9 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser: object) -> Iterator[object]:
-    ctx = browser.new_context(viewport={"width": 1500, "height": 2000}, accept_downloads=True)
+    ctx = browser.new_context(
+        viewport={"width": 1500, "height": 2000}, accept_downloads=True, reduced_motion="reduce"
+    )
     pg = ctx.new_page()
     pg.set_default_timeout(LOAD_TIMEOUT_MS)
     yield pg
@@ -381,7 +383,9 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
 
 
 def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) -> None:
-    ctx = browser.new_context(viewport={"width": 1500, "height": 1400}, color_scheme="dark")
+    ctx = browser.new_context(
+        viewport={"width": 1500, "height": 1400}, color_scheme="dark", reduced_motion="reduce"
+    )
     pg = ctx.new_page()
     pg.set_default_timeout(LOAD_TIMEOUT_MS)
     try:
@@ -402,7 +406,9 @@ def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) 
 def test_menu_theme_toggle_redraws_app_and_charts(server: str, browser: object) -> None:
     """The menu's theme switch (System / Light / Dark) is the toggle: on a light system, picking
     Dark darkens the page and redraws every chart dark, and Light brings both back."""
-    ctx = browser.new_context(viewport={"width": 1500, "height": 1400}, color_scheme="light")
+    ctx = browser.new_context(
+        viewport={"width": 1500, "height": 1400}, color_scheme="light", reduced_motion="reduce"
+    )
     pg = ctx.new_page()
     pg.set_default_timeout(LOAD_TIMEOUT_MS)
     style = "e => getComputedStyle(e).backgroundColor"
