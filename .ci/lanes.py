@@ -4,8 +4,9 @@ The multi-process tests (``-m dist``: gloo ranks, ``torchrun`` jobs) run in the 
 gloo ranks that share their cores with other busy processes wait for the scheduler at every
 message (5-10x slower, measured). Everything else runs beside them at idle priority
 (``SCHED_IDLE``, which only gets CPU time no foreground process wants): the in-process tests
-(``-m "not dist and not e2e and not wheel"``, each a single busy thread) in shards, and the
-browser tests then the wheel test. The multi-process tests leave about one core idle on
+(``-m "not dist and not e2e and not wheel"``, each a single busy thread) in shards that share
+them out as they go (each takes the next test no other has claimed: ``tests/conftest.py``),
+and the browser tests then the wheel test. The multi-process tests leave about one core idle on
 average (process starts, one-rank phases, waits), which the others take; the two phases this
 replaced ran them one after the other.
 
@@ -19,8 +20,10 @@ Usage: ``python .ci/lanes.py [PYTEST_ARGS...]`` (``bash .ci/run`` passes its arg
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Collection
@@ -94,10 +97,11 @@ def main(args: list[str]) -> int:
     if args:
         return subprocess.call([*PYTEST, "--durations=15", *args])
     t0 = time.monotonic()
+    claims = tempfile.mkdtemp(prefix="octopipe-test-claims-")  # tests/conftest.py shares them
     background = {
         f"in-process {i + 1}/{SHARDS}": (
             ["-m", IN_PROCESS, "--durations=8"],
-            {"OCTOPIPE_TEST_SHARD": f"{i}/{SHARDS}"},
+            {"OCTOPIPE_TEST_CLAIMS": claims},
         )
         for i in range(SHARDS)
     }
@@ -108,7 +112,10 @@ def main(args: list[str]) -> int:
         "browser and wheel tests at idle priority",
         flush=True,
     )
-    codes = run_together(jobs, background=set(background))
+    try:
+        codes = run_together(jobs, background=set(background))
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     print(f"== tests: {time.monotonic() - t0:.0f} s")
     return failed(codes)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -44,22 +45,42 @@ def _quick_landing_tune(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     monkeypatch.setattr(state, "AUTO_TUNE_BUDGET_S", QUICK_TUNE_S)
 
 
-@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so the shards are even
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``OCTOPIPE_TEST_SHARD=i/n`` keeps every n-th test from the i-th (round robin over the
-    collected order), so ``.ci/lanes.py`` can run the in-process tests in several processes at
-    once."""
-    spec = os.environ.get("OCTOPIPE_TEST_SHARD")
-    if not spec:
-        return
+def _claim(folder: str, item: pytest.Item) -> bool:
+    """Claim ``item`` for this process: True for the first process to ask, once."""
+    name = hashlib.sha1(item.nodeid.encode()).hexdigest()
     try:
-        i, n = (int(x) for x in spec.split("/"))
-        if not 0 <= i < n:
-            raise ValueError
-    except ValueError:
-        raise pytest.UsageError(
-            f"OCTOPIPE_TEST_SHARD={spec!r}: expected i/n with 0 <= i < n, e.g. 0/2"
-        ) from None
-    keep = items[i::n]
-    config.hook.pytest_deselected(items=[it for k, it in enumerate(items) if k % n != i])
-    items[:] = keep
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """With ``OCTOPIPE_TEST_CLAIMS=FOLDER``, several pytest processes started on the same tests
+    share them out as they go: each runs the next test no other process has claimed (a file
+    per test in FOLDER, created exclusively), so they end together whatever each test costs
+    (``.ci/lanes.py`` runs the in-process tests this way). The next test is claimed before
+    the current one runs, so fixtures are torn down knowing which test follows."""
+    folder = os.environ.get("OCTOPIPE_TEST_CLAIMS")
+    if not folder or session.config.option.collectonly:
+        return None
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    items = session.items
+
+    def next_claimed(start: int) -> int | None:
+        return next((k for k in range(start, len(items)) if _claim(folder, items[k])), None)
+
+    cur = next_claimed(0)
+    while cur is not None:
+        nxt = next_claimed(cur + 1)
+        session.config.hook.pytest_runtest_protocol(
+            item=items[cur], nextitem=items[nxt] if nxt is not None else None
+        )
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        cur = nxt
+    return True

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,38 +47,47 @@ def test_every_marker_of_the_suite_is_one_the_lanes_know() -> None:
     assert names - {""} == {"dist", "e2e", "wheel"}, names
 
 
-class _Hooks:
-    def __init__(self) -> None:
-        self.deselected: list[object] = []
-
-    def pytest_deselected(self, items: list[object]) -> None:
-        self.deselected += items
-
-
-class _Config:
-    def __init__(self) -> None:
-        self.hook = _Hooks()
-
-
-def test_shards_split_the_selected_tests_without_loss_or_overlap(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from conftest import pytest_collection_modifyitems as shard
-
-    whole = [f"t{k}" for k in range(23)]
-    parts = []
-    for i in range(3):
-        monkeypatch.setenv("OCTOPIPE_TEST_SHARD", f"{i}/3")
-        items, config = list(whole), _Config()
-        shard(config, items)  # type: ignore[arg-type]
-        assert sorted(items + config.hook.deselected) == sorted(whole)  # the rest is reported
-        parts.append(items)
-    assert sorted(t for p in parts for t in p) == sorted(whole)
-    assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    for bad in ("3/3", "1", "a/b", "-1/2"):
-        monkeypatch.setenv("OCTOPIPE_TEST_SHARD", bad)
-        with pytest.raises(pytest.UsageError, match="expected i/n with 0 <= i < n"):
-            shard(_Config(), list(whole))  # type: ignore[arg-type]
+def test_shards_share_the_tests_out_without_loss_or_overlap(tmp_path: Path) -> None:
+    """Three pytest processes on the same tests with one claims folder (as ``.ci/lanes.py``
+    starts the in-process shards) run every test exactly once between them, and a slow test
+    does not hold the others back: the first test waits (up to 60 s) until other processes
+    have run 12 of the rest, which only happens if they claim tests as they go."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_many.py").write_text(
+        "import os, time\n"
+        "import pytest\n"
+        "def others(path):\n"
+        "    rows = open(path).read().split() if os.path.exists(path) else []\n"
+        "    return sum(pid != str(os.getpid()) for pid in rows[1::2])\n"
+        "@pytest.mark.parametrize('k', range(24))\n"
+        "def test_one(k):\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while k == 0 and others(os.environ['RAN']) < 12 and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    with open(os.environ['RAN'], 'a') as f:\n"
+        "        f.write(f'{k} {os.getpid()}\\n')\n"
+    )
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    ran = tmp_path / "ran.txt"
+    env = {**os.environ, "OCTOPIPE_TEST_CLAIMS": str(claims), "RAN": str(ran)}
+    env.pop("PYTEST_ADDOPTS", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_many.py"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(3)
+    ]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0, 0]
+    rows = [line.split() for line in ran.read_text().splitlines()]
+    assert sorted(int(k) for k, _ in rows) == list(range(24))  # each test once
+    assert len(list(claims.iterdir())) == 24
+    slow_pid = next(pid for k, pid in rows if k == "0")
+    assert sum(pid != slow_pid for _, pid in rows) >= 12  # the others took most of the rest
 
 
 def test_a_failing_or_empty_job_fails_the_run(
@@ -84,7 +95,7 @@ def test_a_failing_or_empty_job_fails_the_run(
 ) -> None:
     """Jobs run at once; each one's exit code comes back, and any non-zero one fails the run
     (pytest exits 5 when a lane selects no test)."""
-    monkeypatch.delenv("OCTOPIPE_TEST_SHARD", raising=False)  # set when this runs in a shard
+    monkeypatch.delenv("OCTOPIPE_TEST_CLAIMS", raising=False)  # set when this runs in a shard
     lanes = _lanes()
     here = "tests/test_lanes.py"
     codes = lanes.run_together(  # type: ignore[attr-defined]
