@@ -64,10 +64,14 @@ def run_together(
     """Start every job at once (those named in ``background`` at idle priority), relay their
     output line by line, return their exit codes."""
     procs, threads, last = {}, [], {}
+    # the suite starts many interpreters (pytest, CLI runs, launchers, servers) that import
+    # this checkout's modules: let them write and reuse its compiled bytecode, whatever the
+    # shell says (the whole run: 672-696 -> 558 busy core-s, measured on 2 cores)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for name, (args, env) in jobs.items():
         proc = subprocess.Popen(
             [*PYTEST, *args],
-            env={**os.environ, **env},
+            env={**base, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -111,10 +111,13 @@ def test_a_failing_or_empty_job_fails_the_run(
     assert lanes.failed({"ok": 0}) == 0  # type: ignore[attr-defined]
 
 
-def test_background_jobs_run_at_idle_priority(tmp_path: Path) -> None:
+def test_background_jobs_run_at_idle_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Jobs named in ``background`` (and their children) run under ``SCHED_IDLE``, so the
     multi-process tests in the foreground never wait for them; the others keep the normal
-    policy."""
+    policy. Every job may write compiled bytecode, even when the shell forbids it."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     if not hasattr(os, "SCHED_IDLE"):
         pytest.skip("SCHED_IDLE is Linux-only; elsewhere background jobs get nice 19")
     probe = tmp_path / "test_probe.py"
@@ -124,6 +127,7 @@ def test_background_jobs_run_at_idle_priority(tmp_path: Path) -> None:
         "    child = 'import os; print(os.sched_getscheduler(0))'\n"
         "    out = subprocess.run([sys.executable, '-c', child], capture_output=True, text=True)\n"
         "    assert os.sched_getscheduler(0) == int(out.stdout) == os.SCHED_IDLE\n"
+        "    assert not sys.dont_write_bytecode\n"
     )
     codes = _lanes().run_together(  # type: ignore[attr-defined]
         {"bg": ([str(probe)], {}), "fg": ([str(probe)], {})}, background={"bg"}
