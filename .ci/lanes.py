@@ -6,9 +6,9 @@ message (5-10x slower, measured). Everything else runs beside them at idle prior
 (``SCHED_IDLE``, which only gets CPU time no foreground process wants): the in-process tests
 (``-m "not dist and not e2e and not wheel"``, each a single busy thread) in shards that share
 them out as they go (each takes the next test no other has claimed: ``tests/conftest.py``),
-and the browser tests then the wheel test. The multi-process tests leave about one core idle on
-average (process starts, one-rank phases, waits), which the others take; the two phases this
-replaced ran them one after the other.
+and the browser tests then the wheel test. Alone, the multi-process tests keep 1.3 of the 2
+cores busy on average (process starts, one-rank phases, waits); the others take the rest. The
+two phases this replaced ran them one after the other (488 -> 343 s, docs/benchmarks.md).
 
 Each job's output streams live, prefixed with its name; the exit status is non-zero when any
 job fails or selects no test. With arguments (``tests/test_plan.py -x``), one pytest runs

@@ -1,4 +1,6 @@
-"""Shared test setup: make the repository root importable (for ``app.components``)."""
+"""Shared test setup: the repository root importable (for ``app.components``), AppTest's
+component scan done once, a short landing-page tune for the page tests, and shards that share
+the tests out (``OCTOPIPE_TEST_CLAIMS``, used by ``.ci/lanes.py``)."""
 
 from __future__ import annotations
 
