@@ -54,7 +54,7 @@ def _background() -> None:
 
 def _foreground() -> None:
     """Run this process at the normal policy, even when the caller runs in the background."""
-    if hasattr(os, "SCHED_OTHER"):
+    if hasattr(os, "SCHED_IDLE"):  # Linux: the policies exist and can be set
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
@@ -117,7 +117,7 @@ def main(args: list[str]) -> int:
         flush=True,
     )
     try:
-        codes = run_together(jobs, background=set(background))
+        codes = run_together(jobs, background=background)
     finally:
         shutil.rmtree(claims, ignore_errors=True)
     print(f"== tests: {time.monotonic() - t0:.0f} s")

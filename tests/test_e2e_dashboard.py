@@ -88,13 +88,20 @@ def browser() -> Iterator[object]:
         b.close()
 
 
-@pytest.fixture
-def page(browser: object) -> Iterator[object]:
+def open_page(browser: object, height: int, **context: object) -> tuple[object, object]:
+    """A new browser context (its page 1500 px wide, motion reduced: Chromium draws Streamlit's
+    transitions in software here) and its page; the caller closes the context."""
     ctx = browser.new_context(
-        viewport={"width": 1500, "height": 2000}, accept_downloads=True, reduced_motion="reduce"
+        viewport={"width": 1500, "height": height}, reduced_motion="reduce", **context
     )
     pg = ctx.new_page()
     pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    return ctx, pg
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    ctx, pg = open_page(browser, 2000, accept_downloads=True)
     yield pg
     ctx.close()
 
@@ -383,11 +390,7 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
 
 
 def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) -> None:
-    ctx = browser.new_context(
-        viewport={"width": 1500, "height": 1400}, color_scheme="dark", reduced_motion="reduce"
-    )
-    pg = ctx.new_page()
-    pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    ctx, pg = open_page(browser, 1400, color_scheme="dark")
     try:
         pg.goto(f"{server}/plan?devices=4&microbatches=8&schedule=zbv")
         wait_idle(pg)
@@ -406,11 +409,7 @@ def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) 
 def test_menu_theme_toggle_redraws_app_and_charts(server: str, browser: object) -> None:
     """The menu's theme switch (System / Light / Dark) is the toggle: on a light system, picking
     Dark darkens the page and redraws every chart dark, and Light brings both back."""
-    ctx = browser.new_context(
-        viewport={"width": 1500, "height": 1400}, color_scheme="light", reduced_motion="reduce"
-    )
-    pg = ctx.new_page()
-    pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    ctx, pg = open_page(browser, 1400, color_scheme="light")
     style = "e => getComputedStyle(e).backgroundColor"
 
     def backgrounds() -> tuple[str, str]:
