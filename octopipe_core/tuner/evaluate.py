@@ -28,7 +28,7 @@ from octopipe_core.fill_partition import FillModel, FillResult, solve_fill
 from octopipe_core.plan import Action, Plan, TextEnum
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
-from octopipe_core.tuner.layouts import DeviceFn, finish_fn
+from octopipe_core.tuner.layouts import DeviceFn, family_partition, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
 from octopipe_core.tuner.packed import spread_layout
 
@@ -120,6 +120,7 @@ class Evaluator:
         self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
         self._spread: dict[bool, tuple[str, Partition, list[int], float] | None] = {}
+        self._balanced: dict[str, Partition] = {}
         self.memory_tight = False  # set by the tuner when the cap binds the peers
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
@@ -186,6 +187,13 @@ class Evaluator:
             else:
                 self._fill_cache[key] = res
         return res
+
+    def family_partition(self, family: str) -> Partition:
+        """``layouts.family_partition`` of this problem's layer times (device-balanced).
+        Cached: every placement phase proposes each family again."""
+        if family not in self._balanced:
+            self._balanced[family] = family_partition(self.weights, family, self.devices)
+        return list(self._balanced[family])
 
     def spread_layout(self, memory: bool = False) -> tuple[str, Partition, list[int], float] | None:
         """``packed.spread_layout`` of this problem (name, partition, placement, fill-model

@@ -44,7 +44,6 @@ from octopipe_core.tuner.layouts import (
     FAMILIES,
     balance_partition,
     device_loads,
-    family_partition,
     family_placement,
 )
 from octopipe_core.tuner.list_scheduler import POLICIES
@@ -76,6 +75,12 @@ def _layout(
     if policies is None:  # small problems afford every policy on every move
         policies = POLICIES if ev.devices * ev.microbatches <= 16 else POLICIES[:2]
     return lambda: ev.from_policies(part, place, "", policies)
+
+
+def _balanced(ev: Evaluator, part: Partition, place: list[int]) -> Callable[[], Candidate | None]:
+    """``_layout`` of ``part`` rebalanced over the devices of ``place``, rebalanced only when
+    built (most proposals never are, and the descent is the costly part of making them)."""
+    return lambda: _layout(ev, balance_partition(ev.weights, part, place, ev.devices), place)()
 
 
 def _spread(
@@ -151,7 +156,7 @@ def family_proposals(ev: Evaluator, current: str | None = None, top: int = 6) ->
         place = family_placement(fam, p)
         if fam == current or len(place) > n:
             continue
-        part = family_partition(ev.weights, fam, p)
+        part = ev.family_partition(fam)
         desc = f"switch to {fam} (device-balanced partition)"
         out.append(proposal(P, Move.SWITCH_FAMILY, desc, _layout(ev, part, place, FAM_POL)))
     return out
@@ -196,9 +201,8 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
             if d == place[s]:
                 continue
             new_place = [*place[: s + 1], d, *place[s + 1 :]]
-            bal = balance_partition(w, new, new_place, D)
             desc = f"split s{s} -> new stage on d{d}"
-            local.append(proposal(P, Move.SPLIT_STAGE, desc, _layout(ev, bal, new_place)))
+            local.append(proposal(P, Move.SPLIT_STAGE, desc, _balanced(ev, new, new_place)))
     # merge adjacent stages on the same device
     for s in range(S - 1):
         if place[s] == place[s + 1]:
@@ -215,9 +219,8 @@ def placement_proposals(ev: Evaluator, inc: Candidate, limit: int = 24) -> list[
             for sb in (s for s in range(S) if place[s] == db):
                 new_place = list(place)
                 new_place[sa], new_place[sb] = db, da
-                bal = balance_partition(w, part, new_place, D)
                 desc = f"swap s{sa}(d{da}) <-> s{sb}(d{db})"
-                local.append(proposal(P, Move.SWAP, desc, _layout(ev, bal, new_place)))
+                local.append(proposal(P, Move.SWAP, desc, _balanced(ev, part, new_place)))
     # small layouts: every pairwise swap and every single-stage relocation
     if S <= SMALL_LAYOUT:
         for sa in range(S):

@@ -19,7 +19,7 @@ from octopipe_core.plan import Plan
 from octopipe_core.simulator import SimResult
 from octopipe_core.tuner.diagnose import explain_gap
 from octopipe_core.tuner.evaluate import Candidate, Evaluator
-from octopipe_core.tuner.layouts import FAMILIES, device_loads, family_partition, family_placement
+from octopipe_core.tuner.layouts import FAMILIES, device_loads, family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES, list_schedule
 from octopipe_core.tuner.moves_placement import family_of
 
@@ -158,7 +158,7 @@ def balance_bound(ev: Evaluator, plan: Plan | None = None) -> float:
     for fam in FAMILIES:
         place = family_placement(fam, ev.devices)
         if len(place) <= ev.profile.num_layers:
-            layouts.append((family_partition(ev.weights, fam, ev.devices), place))
+            layouts.append((ev.family_partition(fam), place))
     if plan is not None:
         layouts.append((plan.partition, plan.placement))
     for part, place in layouts:
