@@ -98,16 +98,16 @@ def test_justify_move_beats_the_greedy_rules_and_matches_the_simulator() -> None
     assert inc is not None
     costs = ev.costs(part)
     budget = ev.budgets_mib(costs, place)
-    fb = justified_schedule(costs, place, 64, 64, budget, 10, 0.5)
+    fb = justified_schedule(costs, place, 64, 64, budget, 5, 0.5)
     assert fb is not None
     # later rounds pay here, and a passed deadline stops after the first one
     one = justified_schedule(costs, place, 64, 64, budget, 1, 0.5)
     assert one is not None and fb[1] < one[1]
-    assert justified_schedule(costs, place, 64, 64, budget, 10, 0.5, deadline=0.0) == one
+    assert justified_schedule(costs, place, 64, 64, budget, 5, 0.5, deadline=0.0) == one
     sim = simulate(prof, Plan(64, part, place, fb[0]), 80.0)
     assert sim.step_time_ms == pytest.approx(fb[1], abs=1e-6)
     assert sim.fits_memory and fb[1] < 0.96 * inc.step_ms
     moves = justify_proposals(ev, inc)
     assert moves and all(m.move is Move.JUSTIFY for m in moves)
-    best = min((c for c in (m.build() for m in moves) if c is not None), key=lambda c: c.step_ms)
-    assert best.fits and best.step_ms < 0.96 * inc.step_ms
+    first = moves[0].build()  # the cheapest (4 rounds) already gains more than 4 %
+    assert first is not None and first.fits and first.step_ms < 0.96 * inc.step_ms
