@@ -193,6 +193,11 @@ def test_main_flow_upload_plan_tune_compare_export(server: str, page: object) ->
     shot(page, "plan")
 
     nav(page, "Tune")
+    # the shortest budget (1 s, from the keyboard): the flow is under test here, not the tuner
+    budget = page.get_by_test_id("stSlider").filter(has_text="time budget (s)")
+    budget.get_by_role("slider").press("Home")
+    wait_idle(page)
+    assert budget.get_by_test_id("stSliderThumbValue").inner_text() == "1"
     page.get_by_role("button", name="Run tuner").click()
     page.get_by_text("Tuned plan: ").wait_for()
     wait_idle(page)
