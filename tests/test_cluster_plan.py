@@ -79,6 +79,17 @@ def test_rank_layouts_ranks_fitting_layouts_by_throughput() -> None:
     assert r.tokens_per_gpu_per_s == pytest.approx(best.tokens_per_gpu_per_s)
 
 
+def test_screening_past_its_budget_goes_on_until_a_layout_fits() -> None:
+    # the most promising layout of 16 GPUs (TP1 x PP1 x DP16) does not fit 80 GiB: a budget
+    # spent before it was screened (a busy machine) must not make the GPU count look hopeless
+    c = load_cluster_sample("1x8-h800").with_nodes(2)
+    res = rank_layouts(load_sample("nemotron-h-8b"), c, 64, gpus=16, time_budget_s=1e-6)
+    assert res.best is not None and res.best.fits_memory
+    screened = [r for r in res.rows if r.plan is not None]
+    assert len(screened) > 1 and sum(r.fits_memory for r in screened) == 1
+    assert any(n.startswith("screening stopped after") for n in res.notes)
+
+
 def test_memory_infeasible_layouts_say_why() -> None:
     prof = load_sample("jamba-v0.1")  # about 181 GiB of static memory
     c = load_cluster_sample("1x8-h800")
