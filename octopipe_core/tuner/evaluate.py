@@ -28,6 +28,7 @@ from octopipe_core.fill_partition import FillModel, FillResult, solve_fill
 from octopipe_core.plan import Action, Plan, TextEnum
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
+from octopipe_core.tuner.assign import reassigned_layouts
 from octopipe_core.tuner.layouts import DeviceFn, family_partition, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
 from octopipe_core.tuner.packed import spread_layout
@@ -121,6 +122,7 @@ class Evaluator:
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
         self._spread: dict[bool, tuple[str, Partition, list[int], float] | None] = {}
         self._balanced: dict[str, Partition] = {}
+        self._reassigned: dict[tuple[int, ...], list[tuple[Partition, list[int], float]]] = {}
         self.memory_tight = False  # set by the tuner when the cap binds the peers
         self.bound_ms = float("inf")  # list schedules slower than this are abandoned
         self.bound_fits = False  # whether the bound comes from a plan that fits
@@ -194,6 +196,22 @@ class Evaluator:
         if family not in self._balanced:
             self._balanced[family] = family_partition(self.weights, family, self.devices)
         return list(self._balanced[family])
+
+    def reassigned(
+        self, owner: list[int], share: float = 0.25
+    ) -> list[tuple[Partition, list[int], float]]:
+        """``assign.reassigned_layouts`` from the layer-to-device map ``owner``, with at
+        most ``share`` of the time left (and at most 30 s; no limit without a deadline).
+        Cached per map: each placement phase of the same incumbent proposes them again."""
+        key = tuple(owner)
+        if key not in self._reassigned:
+            until = None
+            if self.deadline is not None:
+                now = time.perf_counter()
+                until = now + min(30.0, share * max(0.0, self.deadline - now))
+            got = reassigned_layouts(self.fill, owner, self.devices, deadline=until)
+            self._reassigned[key] = got
+        return self._reassigned[key]
 
     def spread_layout(self, memory: bool = False) -> tuple[str, Partition, list[int], float] | None:
         """``packed.spread_layout`` of this problem (name, partition, placement, fill-model
@@ -306,6 +324,7 @@ class Move(TextEnum):
     SPLIT_STAGE = "split stage"
     MERGE_STAGES = "merge stages"
     SWAP = "swap"  # two stages trade devices
+    REASSIGN = "reassign layers"  # any layer to any device, by a fill-model descent
     RELOCATE = "relocate"  # one stage moves to another device
     TRADE_LAYER = "trade layer"
     ADVANCE = "advance"  # an action moves earlier in its device's order
