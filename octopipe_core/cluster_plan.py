@@ -301,10 +301,13 @@ def rank_layouts(
         rows.append(screen_layout(profile, cluster, lay, m))
         if progress:
             progress(f"screened {lay.label()} m={m}", 0.3 * (i + 1) / len(layouts))
-        fits = any(r.plan is not None and r.fits_memory for r in rows)
         # past the screening share, stop once a layout fits: "no layout fits" must mean that
         # none does, not that the budget ran out first (a busy machine screens fewer)
-        if time.perf_counter() - t0 > screen_share and i + 1 < len(layouts) and fits:
+        if (
+            time.perf_counter() - t0 > screen_share
+            and i + 1 < len(layouts)
+            and any(r.plan is not None and r.fits_memory for r in rows)
+        ):
             notes.append(f"screening stopped after {i + 1} of {len(layouts)} layouts (budget)")
             break
     order = sorted((r for r in rows if r.plan is not None),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 
 from octopipe_core.fill_partition import FillModel, Partition, device_needs
 from octopipe_core.tuner.matched import layout_of_owners
@@ -59,33 +60,35 @@ def _score(needs: list[float]) -> Score:
     return (round(max(needs), 6), round(sum(x * x for x in needs), 3))
 
 
+def _neighbours(owner: list[int], work: list[float], devices: int) -> Iterator[list[int]]:
+    """Every map one step from ``owner``: a layer moved to another device (never a device's
+    last layer), or two layers of different cost on different devices swapped."""
+    count = [owner.count(d) for d in range(devices)]
+    for i, d in enumerate(owner):
+        if count[d] > 1:
+            for e in range(devices):
+                if e != d:
+                    yield [*owner[:i], e, *owner[i + 1 :]]
+        for j in range(i + 1, len(owner)):
+            if owner[j] != d and abs(work[i] - work[j]) > 1e-12:
+                trial = list(owner)
+                trial[i], trial[j] = owner[j], d
+                yield trial
+
+
 def _descend(
     model: FillModel, owner: list[int], devices: int, deadline: float | None = None
 ) -> Score:
     """Steepest descent in place (module docstring, step 1) until no move improves or
     ``deadline`` (``time.perf_counter()``) passes; returns the final score."""
-    n, work = len(owner), model.work_ms
     cur = _score(model_needs(model, owner, devices))
     while deadline is None or time.perf_counter() < deadline:
-        best: tuple[Score, list[int]] | None = None
-        count = [owner.count(d) for d in range(devices)]
-        for i in range(n):
-            if count[owner[i]] > 1:  # every device keeps a layer
-                for e in range(devices):
-                    if e != owner[i]:
-                        trial = list(owner)
-                        trial[i] = e
-                        s = _score(model_needs(model, trial, devices))
-                        if s < cur and (best is None or s < best[0]):
-                            best = (s, trial)
-            for j in range(i + 1, n):
-                if owner[j] != owner[i] and abs(work[i] - work[j]) > 1e-12:
-                    trial = list(owner)
-                    trial[i], trial[j] = owner[j], owner[i]
-                    s = _score(model_needs(model, trial, devices))
-                    if s < cur and (best is None or s < best[0]):
-                        best = (s, trial)
-        if best is None:
+        scored = (
+            (_score(model_needs(model, t, devices)), t)
+            for t in _neighbours(owner, model.work_ms, devices)
+        )
+        best = min(scored, default=None, key=lambda st: st[0])
+        if best is None or best[0] >= cur:
             return cur
         cur, owner[:] = best
     return cur

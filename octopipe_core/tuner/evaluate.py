@@ -93,6 +93,10 @@ def better(a: Candidate | None, b: Candidate | None, rel: float = 1e-9) -> bool:
     return a.step_ms < b.step_ms * (1.0 - rel)
 
 
+REASSIGN_SHARE = 0.25  # of the time left, for one reassignment descent ...
+REASSIGN_MAX_S = 30.0  # ... and at most this
+
+
 class Evaluator:
     """Builds and simulates candidates for one (profile, devices, micro-batches, cap) problem."""
 
@@ -197,20 +201,20 @@ class Evaluator:
             self._balanced[family] = family_partition(self.weights, family, self.devices)
         return list(self._balanced[family])
 
-    def reassigned(
-        self, owner: list[int], share: float = 0.25
-    ) -> list[tuple[Partition, list[int], float]]:
+    def reassigned(self, owner: list[int]) -> list[tuple[Partition, list[int], float]]:
         """``assign.reassigned_layouts`` from the layer-to-device map ``owner``, with at
-        most ``share`` of the time left (and at most 30 s; no limit without a deadline).
-        Cached per map: each placement phase of the same incumbent proposes them again."""
+        most ``REASSIGN_SHARE`` of the time left, and at most ``REASSIGN_MAX_S`` (no limit
+        without a deadline). Cached per map: each placement phase of the same incumbent
+        proposes them again."""
         key = tuple(owner)
         if key not in self._reassigned:
             until = None
             if self.deadline is not None:
                 now = time.perf_counter()
-                until = now + min(30.0, share * max(0.0, self.deadline - now))
-            got = reassigned_layouts(self.fill, owner, self.devices, deadline=until)
-            self._reassigned[key] = got
+                until = now + min(REASSIGN_MAX_S, REASSIGN_SHARE * max(0.0, self.deadline - now))
+            self._reassigned[key] = reassigned_layouts(
+                self.fill, owner, self.devices, deadline=until
+            )
         return self._reassigned[key]
 
     def spread_layout(self, memory: bool = False) -> tuple[str, Partition, list[int], float] | None:

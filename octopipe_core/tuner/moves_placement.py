@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from octopipe_core.plan_diff import layer_devices
 from octopipe_core.tuner.evaluate import (
     Candidate,
     Evaluator,
@@ -189,9 +190,7 @@ def reassign_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
         or n * p > REASSIGN_MAX_LAYER_DEVICES
     ):
         return []
-    plan = inc.plan
-    layers = zip(plan.partition, plan.placement, strict=True)
-    owner = [d for (a, b), d in layers for _ in range(a, b)]
+    owner = [d for d in layer_devices(inc.plan, n) if d is not None]  # a full plan: n of them
 
     def build(k: int) -> Callable[[], Candidate | None]:
         def run() -> Candidate | None:
