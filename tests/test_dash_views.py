@@ -289,6 +289,20 @@ def test_dark_theme_recolours_background_masks_and_highlights(prof: Any) -> None
     assert next(t for t in fig.data if t.meta == palette.MASK).colorscale[0][1] == "#FFFFFF"
 
 
+def test_every_figure_starts_light_without_naming_the_template(prof: Any) -> None:
+    # the app's figures take plotly_white as plotly's default (made once, not re-validated
+    # for each figure): its plot background is white, plotly's own default is blue-grey
+    r = simulate(prof, build_plan(prof, "zbv", 4, 8))
+    data = where.analyse(r)
+    figs = [
+        charts.compare_gantt_figure({"p": r.timeline()}, max_bars=10),
+        plots.where_time_figure({"p": data["frame"]}),
+        plots.peak_memory_figure({"p": data["peaks_gib"]}, 80.0),
+        charts.memory_figure({"p": r.memory_curves()}, 80.0),
+    ]
+    assert [f.layout.template.layout.plot_bgcolor for f in figs] == ["white"] * len(figs)
+
+
 def test_theme_config_offers_light_and_dark() -> None:
     lines = [ln.strip() for ln in (ROOT / ".streamlit" / "config.toml").read_text().splitlines()]
     assert {"[theme]", "[theme.light]", "[theme.dark]"} <= set(lines)

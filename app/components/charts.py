@@ -38,7 +38,6 @@ from app.components.palette import (
     MASK,
     OUTLINE,
     OUTLINE_LIGHT,
-    TEMPLATE,
     legend_stub,
     lighter,
 )
@@ -475,7 +474,6 @@ def compare_gantt_figure(
     fig.update_layout(
         barmode="overlay",
         bargap=0,
-        template=TEMPLATE,
         height=height,
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
         # legend above the first panel's title

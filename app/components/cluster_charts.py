@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from app.components.charts import TEMPLATE
 from app.components.cluster_data import bar_labels
 
 FITS_COLOR = "#54A24B"
@@ -52,7 +51,6 @@ def rank_figure(rows: list[dict[str, Any]], max_bars: int = MAX_BARS) -> go.Figu
         )
     fig.update_xaxes(categoryorder="array", categoryarray=labels, tickangle=-30)
     fig.update_layout(
-        template=TEMPLATE,
         height=420,
         margin={"l": 60, "r": 20, "t": 40, "b": 140},
         yaxis_title="tokens/GPU/s",
@@ -101,7 +99,6 @@ def scaling_figure(points: list[dict[str, Any]], kind: str) -> go.Figure:
     batch = "fixed global batch" if kind == "strong" else "global batch grows with the GPUs"
     fig.update_xaxes(title_text="GPUs", type="log", tickvals=x, ticktext=[f"{g:,}" for g in x])
     fig.update_layout(
-        template=TEMPLATE,
         height=400,
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
         yaxis_title="tokens/GPU/s",

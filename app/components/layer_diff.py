@@ -23,7 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.components.palette import TEMPLATE, plan_colors
+from app.components.palette import plan_colors
 from octopipe_core.plan_diff import device_changes, layer_moves, moves_table
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult
@@ -114,7 +114,6 @@ def device_change_figure(devices: pd.DataFrame, names: tuple[str, str]) -> go.Fi
     fig.update_yaxes(title_text="GiB", row=1, col=2)
     fig.update_layout(
         barmode="group",
-        template=TEMPLATE,
         height=320,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         legend={"orientation": "h", "y": -0.25},

@@ -20,7 +20,6 @@ from plotly.subplots import make_subplots
 from app.components.palette import (
     CAP_COLOR,
     KIND_COLORS,
-    TEMPLATE,
     device_colors,
     legend_stub,
     plan_colors,
@@ -91,7 +90,6 @@ def where_time_figure(frames: Mapping[str, pd.DataFrame]) -> go.Figure:
     fig.update_layout(
         barmode="stack",
         bargap=0.15,
-        template=TEMPLATE,
         height=sum(heights) + 50 * len(names) + 130,
         margin={"l": 60, "r": 20, "t": 50, "b": 120},
         legend={"orientation": "h", "y": 0, "yanchor": "bottom", "x": 0, "yref": "container"},
@@ -142,7 +140,6 @@ def peak_memory_figure(peaks: Mapping[str, Sequence[float]], cap_gib: float) -> 
     fig.update_xaxes(title_text="device")
     fig.update_layout(
         barmode="group",
-        template=TEMPLATE,
         height=300,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
@@ -219,7 +216,7 @@ def memory_figure(
         if x_max_ms:
             fig.update_xaxes(range=[0, x_max_ms * 1.01], row=1, col=c)
     fig.update_yaxes(title_text="memory (GiB)", range=[0, top * 1.08], row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=340, margin={"l": 60, "r": 20, "t": 40, "b": 50})
+    fig.update_layout(height=340, margin={"l": 60, "r": 20, "t": 40, "b": 50})
     return fig
 
 
@@ -282,7 +279,6 @@ def layer_cost_figure(
         )
     fig.update_layout(
         barmode="stack",
-        template=TEMPLATE,
         height=360,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         legend={"orientation": "h", "y": -0.22},
@@ -359,5 +355,5 @@ def sweep_figure(df: pd.DataFrame, x: str, cap_gib: float) -> go.Figure:
     fig.update_xaxes(title_text=xlabel, type="log", dtick=np.log10(2))
     fig.update_yaxes(title_text="tokens/GPU/s", row=1, col=1)
     fig.update_yaxes(title_text="memory (GiB)", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=360, margin={"l": 60, "r": 20, "t": 40, "b": 50})
+    fig.update_layout(height=360, margin={"l": 60, "r": 20, "t": 40, "b": 50})
     return fig

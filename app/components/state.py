@@ -408,7 +408,10 @@ def cached_where(profile: Profile, plan_js: str, cap: float) -> dict[str, Any]:
     return where.analyse(cached_sim(profile, plan_js, cap)["result"])
 
 
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+# The figure caches share one object per key, **read-only** (``display.chart`` draws a dark
+# copy): a cached copy is a pickle and a re-validated figure on every rerun (0.05 s for a
+# small chart, more than the redraw for a large Gantt).
+@st.cache_resource(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_where_figures(
     profile: Profile, plans: tuple[tuple[str, str], ...], cap: float
 ) -> tuple[go.Figure, go.Figure]:
@@ -420,7 +423,7 @@ def cached_where_figures(
     )
 
 
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+@st.cache_resource(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_gantt(
     profile: Profile,
     plans: tuple[tuple[str, str], ...],
@@ -447,7 +450,7 @@ def cached_gantt(
     )
 
 
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+@st.cache_resource(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def cached_memory(profile: Profile, plans: tuple[tuple[str, str], ...], cap: float) -> go.Figure:
     sims = {name: cached_sim(profile, js, cap) for name, js in plans}
     x_max = max(float(s["metrics"]["step_time_ms"]) for s in sims.values())

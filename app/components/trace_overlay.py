@@ -28,7 +28,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.components.charts import Lanes, _bar_traces
-from app.components.palette import KIND_LABELS, TEMPLATE
+from app.components.palette import KIND_LABELS
 from octopipe_core.errors import OctoPipeError, input_error
 from octopipe_core.jsonio import loads_checked
 from octopipe_core.plan import Plan
@@ -231,7 +231,6 @@ def overlay_figure(
     fig.update_layout(
         barmode="overlay",
         bargap=0,
-        template=TEMPLATE,
         height=int(min(1400, max(260, 90 + 60 * d))),
         margin={"l": 110, "r": 20, "t": 60, "b": 50},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
