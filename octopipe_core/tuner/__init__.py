@@ -2,7 +2,7 @@
 
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> r = tune(Profile.from_dict(example_profile_dict()), devices=2, microbatches=4,
-...          time_budget_s=2)
+...          time_budget_s=0.5)
 >>> r.fits_memory
 True
 """

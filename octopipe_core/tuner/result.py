@@ -2,7 +2,7 @@
 
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> from octopipe_core.tuner import tune
->>> r = tune(Profile.from_dict(example_profile_dict()), 2, 4, time_budget_s=1)
+>>> r = tune(Profile.from_dict(example_profile_dict()), 2, 4, time_budget_s=0.5)
 >>> sorted(k for k in r.to_dict() if "bound" in k)[:3]
 ['best_bound', 'best_bound_ms', 'bounds']
 """

@@ -31,7 +31,7 @@ extra starting plans (e.g. the plan tuned under a memory cap, when tuning withou
 
 >>> from octopipe_core.profile import Profile, example_profile_dict
 >>> prof = Profile.from_dict(example_profile_dict())
->>> res = tune(prof, devices=2, microbatches=4, time_budget_s=5)
+>>> res = tune(prof, devices=2, microbatches=4, time_budget_s=1)
 >>> res.fits_memory and res.step_time_ms <= res.baselines["1f1b/uniform"].step_time_ms
 True
 """
@@ -105,7 +105,7 @@ def tune(
     best plan is returned; ``stop_reason`` says why the search ended.
 
     >>> from octopipe_core.profile import Profile, example_profile_dict
-    >>> r = tune(Profile.from_dict(example_profile_dict()), 2, 4, time_budget_s=2)
+    >>> r = tune(Profile.from_dict(example_profile_dict()), 2, 4, time_budget_s=0.5)
     >>> r.plan.meta["memory_cap_gib"], r.stop_reason != ""
     (80.0, True)
     """
