@@ -128,7 +128,8 @@ rc=0; for p in "${pids[@]}"; do wait "$p" || rc=$?; done; exit "$rc"
 @pytest.mark.dist
 @pytest.mark.timeout(300)
 def test_slurm_script_runs_under_stand_in_srun(tmp_path: Path) -> None:
-    job = export(tmp_path, "--nnodes", "2")
+    # one rank per node: the two-node test covers DP across nodes; this one, the SLURM script
+    job = export(tmp_path, "--nnodes", "2", "--dp", "1")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(FAKE_SRUN)
@@ -149,7 +150,7 @@ def test_slurm_script_runs_under_stand_in_srun(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     res = json.loads((job / "out" / "result.json").read_text())
-    assert len(res["losses"]) == 1 and res["layout"]["pp"] == 2
+    assert len(res["losses"]) == 1 and res["layout"]["pp"] == 2 and res["layout"]["dp"] == 1
 
 
 def test_torchtitan_and_megatron_fragments_or_the_failing_constraint(tmp_path: Path) -> None:
