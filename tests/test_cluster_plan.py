@@ -93,7 +93,7 @@ def test_screening_past_its_budget_goes_on_until_a_layout_fits() -> None:
 def test_memory_infeasible_layouts_say_why() -> None:
     prof = load_sample("jamba-v0.1")  # about 181 GiB of static memory
     c = load_cluster_sample("1x8-h800")
-    res = rank_layouts(prof, c, global_batch=8, gpus=8, time_budget_s=3, tps=[1], max_tuned=1)
+    res = rank_layouts(prof, c, global_batch=8, gpus=8, time_budget_s=1, tps=[1], max_tuned=1)
     one = next(r for r in res.rows if r.layout.pp == 1 and not r.layout.zero1)
     assert not one.fits_memory and "static memory" in one.why and "GiB" in one.why
 
@@ -109,7 +109,7 @@ def test_scaling_study_points() -> None:
 def test_cli_plan_cluster_best_plan_resimulates(tmp_path: Path, capsys) -> None:
     out = tmp_path / "best.json"
     argv = ["plan-cluster", "--profile", "nemotron-h-8b", "--cluster", "16x8-h800-ib400",
-            "--global-batch", "64", "--gpus", "32", "--time-budget-s", "4", "--max-tuned", "1",
+            "--global-batch", "64", "--gpus", "32", "--time-budget-s", "2", "--max-tuned", "1",
             "--out", str(out), "--json"]  # fmt: skip
     assert main(argv) == 0
     got = json.loads(capsys.readouterr().out)
@@ -125,7 +125,7 @@ def test_cli_plan_cluster_best_plan_resimulates(tmp_path: Path, capsys) -> None:
 
 def test_cli_named_layout_and_cluster_flags(tmp_path: Path, capsys) -> None:
     argv = ["plan-cluster", "--profile", "nemotron-h-8b", "--cluster", "16x8-h800-ib400",
-            "--global-batch", "64", "--layout", "1x4x4", "--zero1", "--time-budget-s", "2",
+            "--global-batch", "64", "--layout", "1x4x4", "--zero1", "--time-budget-s", "1",
             "--json"]  # fmt: skip
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -138,7 +138,7 @@ def test_cli_named_layout_and_cluster_flags(tmp_path: Path, capsys) -> None:
     assert "without --cluster" in capsys.readouterr().err
     plan = tmp_path / "t.json"
     assert main(["tune", "--profile", "nemotron-h-8b", "--devices", "4", "--microbatches", "8",
-                 "--cluster", "16x8-h800-ib400", "--dp", "8", "--time-budget-s", "2",
+                 "--cluster", "16x8-h800-ib400", "--dp", "8", "--time-budget-s", "1",
                  "--out", str(plan), "--json"]) == 0  # fmt: skip
     tuned = json.loads(capsys.readouterr().out)
     assert main(["simulate", "--plan", str(plan), "--json"]) == 0
