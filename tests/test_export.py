@@ -273,7 +273,7 @@ def test_tune_export_run_check_a_sample(tmp_path: Path, capsys: pytest.CaptureFi
     """The new user's path, command by command: tune, export, ``run --check``."""
     plan_path = tmp_path / "tuned.json"
     assert main(["tune", "--profile", "nemotron-h-56b", "--devices", "4", "--microbatches", "4",
-                 "--time-budget-s", "2", "--out", str(plan_path)]) == 0  # fmt: skip
+                 "--time-budget-s", "1", "--out", str(plan_path)]) == 0  # fmt: skip
     out = tmp_path / "job"
     assert main(["export", str(plan_path), "--out", str(out)]) == 0
     capsys.readouterr()

@@ -138,7 +138,7 @@ def test_cli_tune_json_and_simulate_plan(tmp_path, capsys):
     out = tmp_path / "tuned.json"
     rc = main(
         ["tune", "--profile", "llama-3-8b", "--devices", "4", "--microbatches", "8",
-         "--time-budget-s", "2", "--seed", "1", "--out", str(out), "--json"]
+         "--time-budget-s", "1", "--seed", "1", "--out", str(out), "--json"]
     )  # fmt: skip
     cap = capsys.readouterr()
     assert rc == 0
