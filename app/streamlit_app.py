@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:  # `streamlit run` adds only app/ to sys.path
 
 import streamlit as st  # noqa: E402
 
-from app.components import state  # noqa: E402
+from app.components import display, state  # noqa: E402
 
 st.set_page_config(page_title="OctoPipe", page_icon="🐙", layout="wide")
 state.init()
@@ -40,4 +40,6 @@ pages = [
 ]
 page = st.navigation(pages)
 state.sidebar(page.url_path)
+with st.sidebar:
+    display.follow_theme()  # charts follow the menu's theme switch
 page.run()

@@ -394,28 +394,15 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
     docs_element(chart(page, 0), "simulated-vs-executed")
 
 
-def test_dark_system_theme_darkens_app_and_charts(server: str, browser: object) -> None:
+def test_dark_system_theme_and_the_menu_toggle_redraw_app_and_charts(
+    server: str, browser: object
+) -> None:
+    """On a dark system the page and its charts open dark; the menu's theme switch (System /
+    Light / Dark) is the toggle: Light redraws the page and every chart light, Dark brings
+    both back (one page load for both checks)."""
     ctx, pg = open_page(browser, 1400, color_scheme="dark")
-    try:
-        pg.goto(f"{server}/plan?devices=4&microbatches=8&schedule=zbv")
-        wait_idle(pg)
-        charts_drawn(pg, 3)
-        style = "e => getComputedStyle(e).backgroundColor"
-        app_bg = pg.get_by_test_id("stApp").evaluate(style)
-        chart_bg = pg.locator("[data-testid='stPlotlyChart'] .main-svg").first.evaluate(style)
-        assert app_bg == chart_bg == "rgb(23, 22, 20)"
-        no_exception(pg)
-        pg.screenshot(path=str(ARTIFACTS / "e2e-dark.png"))
-        docs_shot(pg, "dark", full_page=False)
-    finally:
-        ctx.close()
-
-
-def test_menu_theme_toggle_redraws_app_and_charts(server: str, browser: object) -> None:
-    """The menu's theme switch (System / Light / Dark) is the toggle: on a light system, picking
-    Dark darkens the page and redraws every chart dark, and Light brings both back."""
-    ctx, pg = open_page(browser, 1400, color_scheme="light")
     style = "e => getComputedStyle(e).backgroundColor"
+    dark = ("rgb(23, 22, 20)", "rgb(23, 22, 20)")
 
     def backgrounds() -> tuple[str, str]:
         app_bg = pg.get_by_test_id("stApp").evaluate(style)
@@ -423,29 +410,30 @@ def test_menu_theme_toggle_redraws_app_and_charts(server: str, browser: object) 
         return app_bg, chart_bg
 
     def pick(theme: str) -> None:
+        """Pick ``theme`` in the menu; wait until the first chart is redrawn in it."""
         pg.get_by_test_id("stMainMenu").click()
         pg.get_by_test_id(f"stMainMenuItem-theme-{theme}").click()
         pg.keyboard.press("Escape")
         wait_idle(pg)
+        pg.wait_for_function(
+            '([c, dark]) => (getComputedStyle(document.querySelector("[data-testid='
+            "'stPlotlyChart'] .main-svg\")).backgroundColor === c) === dark",
+            arg=[dark[1], theme == "Dark"],
+        )
 
     try:
         pg.goto(f"{server}/plan?devices=4&microbatches=8&schedule=zbv")
         wait_idle(pg)
         charts_drawn(pg, 3)
-        light = backgrounds()
-        assert light[0] == light[1] != "rgb(23, 22, 20)"
-        pick("Dark")
-        pg.wait_for_function(
-            "() => getComputedStyle(document.querySelector(\"[data-testid='stPlotlyChart'] "
-            ".main-svg\")).backgroundColor === 'rgb(23, 22, 20)'"
-        )
-        assert backgrounds() == ("rgb(23, 22, 20)", "rgb(23, 22, 20)")
+        assert backgrounds() == dark
         no_exception(pg)
+        pg.screenshot(path=str(ARTIFACTS / "e2e-dark.png"))
+        docs_shot(pg, "dark", full_page=False)
         pick("Light")
-        pg.wait_for_function(
-            "() => getComputedStyle(document.querySelector(\"[data-testid='stPlotlyChart'] "
-            f".main-svg\")).backgroundColor === '{light[1]}'"
-        )
-        assert backgrounds() == light
+        light = backgrounds()
+        assert light[0] == light[1] != dark[0]
+        pick("Dark")
+        assert backgrounds() == dark
+        no_exception(pg)
     finally:
         ctx.close()

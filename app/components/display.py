@@ -4,6 +4,12 @@ Every chart goes through :func:`chart`: it is drawn in the app's theme (Streamli
 system's light or dark setting; the ⋮ menu's Settings switches it), and its toolbar's camera
 button downloads it as PNG or SVG (the sidebar's "chart downloads" setting; plotly.js writes
 both in the browser, no server-side renderer is needed).
+
+Streamlit learns the theme only with the next rerun, and picking another theme in the menu
+starts none (Streamlit issues 15287, 11920): charts drawn dark on a dark system stayed dark on
+a page switched to Light. :func:`follow_theme` mounts a few lines of the app's own script
+that watch the page's painted background and ask for one rerun when it no longer matches the
+theme the charts were drawn in.
 """
 
 from __future__ import annotations
@@ -16,6 +22,43 @@ import streamlit as st
 from app.components.palette import themed
 
 IMAGE_FORMATS = ("svg", "png")
+
+# Polls the painted background (the menu switch repaints it without a rerun) and triggers one
+# rerun per change away from the theme the server drew with; once per painted theme, so a
+# theme Streamlit cannot report (None on a first run) never loops.
+_THEME_JS = """
+export default function (component) {
+  const { data, setTriggerValue } = component;
+  const drawn = data && data.theme;
+  const painted = () => {
+    const app = document.querySelector("[data-testid='stApp']");
+    const m = app && getComputedStyle(app).backgroundColor.match(/[0-9.]+/g);
+    if (!m) return null;
+    const [r, g, b] = m.map(Number);
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 128 ? "dark" : "light";
+  };
+  const w = window;
+  if (w.__octopipeThemeTimer) clearInterval(w.__octopipeThemeTimer);
+  w.__octopipeThemeTimer = setInterval(() => {
+    const now = painted();
+    if (!drawn || !now || now === drawn || now === w.__octopipeThemeAsked) return;
+    w.__octopipeThemeAsked = now;
+    setTriggerValue("changed", now);
+  }, 400);
+  return () => clearInterval(w.__octopipeThemeTimer);
+}
+"""
+_theme_watcher: Any = None
+
+
+def follow_theme() -> None:
+    """Rerun once when the page's theme changes under charts drawn for the other one
+    (module docstring); call once per run."""
+    global _theme_watcher
+    if _theme_watcher is None:
+        _theme_watcher = st.components.v2.component("octopipe_theme_watcher", js=_THEME_JS)
+    theme = getattr(st.context.theme, "type", None)
+    _theme_watcher(key="_theme_watcher", data={"theme": theme}, on_changed_change=lambda: None)
 
 
 def is_dark() -> bool:
