@@ -4,6 +4,7 @@ the cap, the run-trace overlay, plan links, the light/dark look and the work cap
 
 from __future__ import annotations
 
+import ast
 import base64
 import doctest
 import importlib
@@ -301,6 +302,23 @@ def test_every_figure_starts_light_without_naming_the_template(prof: Any) -> Non
         charts.memory_figure({"p": r.memory_curves()}, 80.0),
     ]
     assert [f.layout.template.layout.plot_bgcolor for f in figs] == ["white"] * len(figs)
+
+
+def test_every_module_that_makes_figures_imports_the_palette() -> None:
+    # the light template is set where the palette is imported: a module that makes figures
+    # without importing it would draw them in plotly's own default when used on its own
+    makers = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        calls = {
+            n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+        }
+        if {"Figure", "make_subplots"} & calls and path.name != "palette.py":
+            imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+            makers.append((path.name, "app.components.palette" in imports))
+    assert len(makers) >= 5 and all(ok for _, ok in makers), makers
 
 
 def test_theme_config_offers_light_and_dark() -> None:

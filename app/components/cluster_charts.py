@@ -8,8 +8,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app.components.cluster_data import bar_labels
+from app.components.palette import plan_colors
 
-FITS_COLOR = "#54A24B"
+ONE_F_ONE_B_COLOR, PEER_COLOR, TUNED_COLOR = plan_colors(3)
+FITS_COLOR = TUNED_COLOR
 OVER_COLOR = "#BAB0AC"
 MAX_BARS = 24
 
@@ -61,9 +63,9 @@ def rank_figure(rows: list[dict[str, Any]], max_bars: int = MAX_BARS) -> go.Figu
 
 
 SERIES = (
-    ("one_f_one_b_tokens_per_gpu_per_s", "1F1B (uniform)", "#4C78A8", "dot"),
-    ("best_peer_tokens_per_gpu_per_s", "best peer", "#F58518", "dash"),
-    ("tuned_tokens_per_gpu_per_s", "OctoPipe tuned", "#54A24B", "solid"),
+    ("one_f_one_b_tokens_per_gpu_per_s", "1F1B (uniform)", ONE_F_ONE_B_COLOR, "dot"),
+    ("best_peer_tokens_per_gpu_per_s", "best peer", PEER_COLOR, "dash"),
+    ("tuned_tokens_per_gpu_per_s", "OctoPipe tuned", TUNED_COLOR, "solid"),
 )
 
 

@@ -14,6 +14,7 @@ theme the charts were drawn in.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import plotly.graph_objects as go
@@ -48,17 +49,19 @@ export default function (component) {
   return () => clearInterval(w.__octopipeThemeTimer);
 }
 """
-_theme_watcher: Any = None
+
+
+@functools.cache
+def _theme_watcher() -> Any:
+    """The watcher's mount command, registered once per process."""
+    return st.components.v2.component("octopipe_theme_watcher", js=_THEME_JS)
 
 
 def follow_theme() -> None:
     """Rerun once when the page's theme changes under charts drawn for the other one
     (module docstring); call once per run."""
-    global _theme_watcher
-    if _theme_watcher is None:
-        _theme_watcher = st.components.v2.component("octopipe_theme_watcher", js=_THEME_JS)
-    theme = getattr(st.context.theme, "type", None)
-    _theme_watcher(key="_theme_watcher", data={"theme": theme}, on_changed_change=lambda: None)
+    data = {"theme": getattr(st.context.theme, "type", None)}
+    _theme_watcher()(key="_theme_watcher", data=data, on_changed_change=lambda: None)
 
 
 def is_dark() -> bool:
