@@ -27,10 +27,13 @@ def _owner(partition: list[tuple[int, int]], placement: list[int]) -> list[int]:
 def test_descent_beats_every_ranked_layout_on_jamba_at_8_devices() -> None:
     # 34 layers of 11-27 ms on 8 devices, 64 micro-batches: contiguous layouts and the packed
     # one leave a device a layer heavier; any layer on any device comes within 0.5 % of the
-    # bound by the fill model
+    # bound by the fill model, and below the counted layout (its kinds' counts are exact, but
+    # its stage hops and its later layers' starts are not in its programme)
     ev = Evaluator(load_sample("jamba-v0.1"), 8, 64, 80.0)
     bound = plan_bounds(ev.profile, 8, 64).best_ms
-    ranked = min(x.objective_ms for x in ranked_layouts(ev))
+    layouts = ranked_layouts(ev)
+    ranked = min(x.objective_ms for x in layouts if x.name != "counted")
+    counted = min(x.objective_ms for x in layouts if x.name == "counted")
     seq = ev.fill_partition(list(range(8))).partition
     assert seq is not None
     start = _owner(seq, list(range(8)))
@@ -38,7 +41,7 @@ def test_descent_beats_every_ranked_layout_on_jamba_at_8_devices() -> None:
     assert 1 <= len(got) <= 3
     needs = [need for _part, _place, need in got]
     assert needs == sorted(needs) and needs[0] < model_need(ev.fill, start, 8)
-    assert needs[0] < ranked - 100.0 and needs[0] < 1.005 * bound
+    assert needs[0] < ranked - 100.0 and needs[0] < 1.005 * bound and needs[0] < counted
     for part, place, need in got:
         assert sorted(set(place)) == list(range(8))
         assert part[0][0] == 0 and part[-1][1] == 34

@@ -31,7 +31,7 @@ from octopipe_core.simulator import SimResult, simulate
 from octopipe_core.tuner.assign import reassigned_layouts
 from octopipe_core.tuner.layouts import DeviceFn, family_partition, finish_fn
 from octopipe_core.tuner.list_scheduler import LEAN_POLICY, POLICIES, Policy, list_schedule
-from octopipe_core.tuner.packed import spread_layout
+from octopipe_core.tuner.packed import spread_layouts
 
 Partition = list[tuple[int, int]]
 Rec = tuple[int, ...] | list[int]  # stages that recompute their forward in B
@@ -124,7 +124,7 @@ class Evaluator:
         hops = sorted(self.hop_ms[:-1]) or [0.0]
         self.fill = FillModel.from_times(LayerTimes.of(profile), microbatches, hops[len(hops) // 2])
         self._fill_cache: dict[tuple[Any, ...], FillResult] = {}
-        self._spread: dict[bool, tuple[str, Partition, list[int], float] | None] = {}
+        self._spread: dict[bool, list[tuple[str, Partition, list[int], float]]] = {}
         self._balanced: dict[str, Partition] = {}
         self._reassigned: dict[tuple[int, ...], list[tuple[Partition, list[int], float]]] = {}
         self.memory_tight = False  # set by the tuner when the cap binds the peers
@@ -217,12 +217,12 @@ class Evaluator:
             )
         return self._reassigned[key]
 
-    def spread_layout(self, memory: bool = False) -> tuple[str, Partition, list[int], float] | None:
-        """``packed.spread_layout`` of this problem (name, partition, placement, fill-model
+    def spread_layouts(self, memory: bool = False) -> list[tuple[str, Partition, list[int], float]]:
+        """``packed.spread_layouts`` of this problem (name, partition, placement, fill-model
         need); with ``memory``, under the fill model's memory budget. Cached: the placement
-        phase asks for it every time."""
+        phase asks for them every time."""
         if memory not in self._spread:
-            self._spread[memory] = spread_layout(self.fill_model(memory), self.devices)
+            self._spread[memory] = spread_layouts(self.fill_model(memory), self.devices)
         return self._spread[memory]
 
     # ---- building candidates ------------------------------------------------------------

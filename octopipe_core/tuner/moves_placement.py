@@ -89,9 +89,10 @@ def _balanced(ev: Evaluator, part: Partition, place: list[int]) -> Callable[[], 
 def _spread(
     ev: Evaluator, part: Partition, place: list[int], policies: tuple
 ) -> Callable[[], Candidate | None]:
-    """A matched or packed layout, list-scheduled and then justified (4 rounds from the list
-    schedule's times): on their many one-layer stages the greedy rules leave 2-6 % idle, and
-    a climb that only sees the list schedule spends a whole schedule phase to find that."""
+    """A matched, packed or counted layout, list-scheduled and then justified (4 rounds from
+    the list schedule's times): on their many one-layer stages the greedy rules leave 2-6 %
+    idle, and a climb that only sees the list schedule spends a whole schedule phase to find
+    that."""
 
     def build() -> Candidate | None:
         c = ev.from_policies(part, place, "", policies)
@@ -104,8 +105,8 @@ def _spread(
 
 
 class RankedLayout(NamedTuple):
-    """A layout and its fill-model objective (ms); ``spread``: a matched or packed layout
-    (one-layer stages, which the greedy list rules alone order poorly)."""
+    """A layout and its fill-model objective (ms); ``spread``: a matched, packed or counted
+    layout (one-layer stages, which the greedy list rules alone order poorly)."""
 
     objective_ms: float
     name: str
@@ -116,8 +117,8 @@ class RankedLayout(NamedTuple):
 
 def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayout]:
     """Layout families that fit the model's layer count with their exact fill-aware
-    partitions (fold depths 1, 2, 4, ... and the deepest), and the matched or packed layout,
-    best fill-model objective first."""
+    partitions (fold depths 1, 2, 4, ... and the deepest), and the matched, packed and
+    counted layouts, best fill-model objective first."""
     n, p = ev.profile.num_layers, ev.devices
     deepest = min(p - 1, n - p)
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
@@ -132,9 +133,7 @@ def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayo
                 name = f"{fam} (memory-aware)" if mem else fam
                 ranked.append(RankedLayout(res.objective_ms, name, res.partition, place))
     for mem in _memory(ev):  # wide pipelines: one early layer per device, the rest spread
-        got = ev.spread_layout(mem)
-        if got is not None:
-            kind, part, place, need = got
+        for kind, part, place, need in ev.spread_layouts(mem):
             name = f"{kind} (memory-aware)" if mem else kind
             ranked.append(RankedLayout(need, name, part, place, spread=True))
     ranked.sort(key=lambda x: x.objective_ms)

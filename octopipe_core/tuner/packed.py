@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from octopipe_core.fill_partition import FillModel, Partition, device_need, device_needs
+from octopipe_core.tuner.counted import counted_layout
 from octopipe_core.tuner.matched import layout_of_owners, matched_layout
 
 MIN_PER_DEVICE = 3  # more layers per device than this ...
@@ -100,12 +101,17 @@ def _improve(
     return False
 
 
-def spread_layout(model: FillModel, devices: int) -> tuple[str, Partition, list[int], float] | None:
-    """The layout where every device starts with one of the first layers, named: ``matched``
-    (``matched.py``, up to two layers per device) or ``packed`` (three to eight); None
-    outside those ranges or when nothing fits the model's memory budget."""
-    got = matched_layout(model, devices)
-    if got is not None:
-        return ("matched", *got)
-    got = packed_layout(model, devices)
-    return None if got is None else ("packed", *got)
+def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition, list[int], float]]:
+    """The layouts where every device starts with one of the first layers, named: ``matched``
+    (``matched.py``, up to two layers per device) or ``packed`` (three to eight), and
+    ``counted`` (``counted.py``, any number); those that fit the model's memory budget."""
+    out = []
+    for name, build in (
+        ("matched", matched_layout),
+        ("packed", packed_layout),
+        ("counted", counted_layout),
+    ):
+        got = build(model, devices)
+        if got is not None:
+            out.append((name, *got))
+    return out

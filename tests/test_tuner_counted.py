@@ -1,0 +1,95 @@
+"""Counted layouts (``tuner/counted.py``): a valid layout, the programme's optimum checked
+by brute force on a small model, near the fill-packing bound where the packed layout's
+descent stops short, and the tuner proposing them."""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise, product
+
+import pytest
+
+from octopipe_core.bounds import LayerTimes, fill_packing_bound
+from octopipe_core.fill_partition import FillModel, device_needs
+from octopipe_core.profile import load_sample
+from octopipe_core.tuner import counted as counted_mod
+from octopipe_core.tuner.counted import counted_layout
+from octopipe_core.tuner.evaluate import Evaluator
+from octopipe_core.tuner.moves_placement import family_proposals, ranked_layouts
+from octopipe_core.tuner.packed import packed_layout
+
+
+def _model(n: int, seed: int, m: int = 8) -> FillModel:
+    rng = random.Random(seed)
+    f = [rng.choice([1.0, 1.5, 3.0]) for _ in range(n)]
+    return FillModel.from_times(LayerTimes(f, f, [0.5 * x for x in f]), m)
+
+
+def _fits(model: FillModel, owner: list[int], p: int, T: float) -> bool:
+    """The programme's test on a layer-to-device map: device ``k`` starts at layer ``k``."""
+    m, P, Q, h = model.microbatches, model.fill_ms, model.drain_ms, model.hop_ms
+    for k in range(p):
+        w = sum(x for x, d in zip(model.work_ms, owner, strict=True) if d == k)
+        fb = sum(x for x, d in zip(model.fb_ms, owner, strict=True) if d == k)
+        if m * w > T - P[k] - k * h + 1e-9 or m * fb > T - P[k] - Q[k] - 2 * k * h + 1e-9:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_counted_layout_is_a_valid_layout_at_the_programmes_optimum(seed: int) -> None:
+    n, p = 9, 3
+    model = _model(n, seed)
+    got = counted_layout(model, p)
+    assert got is not None
+    part, place, need = got
+    assert part[0][0] == 0 and part[-1][1] == n
+    assert all(a[1] == b[0] for a, b in pairwise(part))
+    assert all(x != y for x, y in pairwise(place))
+    assert place[:p] == list(range(p))  # device d starts with layer d
+    assert need == max(device_needs(model, part, place))
+    owner = [d for (a, b), d in zip(part, place, strict=True) for _ in range(a, b)]
+    # brute force over every map of the later layers: the smallest T any of them fits
+    # (the largest per-device requirement) is the programme's T, to its tolerance
+    m, P, Q = model.microbatches, model.fill_ms, model.drain_ms
+    best = float("inf")
+    for rest in product(range(p), repeat=n - p):
+        own = [*range(p), *rest]
+        t = 0.0
+        for k in range(p):
+            w = sum(x for x, d in zip(model.work_ms, own, strict=True) if d == k)
+            fb = sum(x for x, d in zip(model.fb_ms, own, strict=True) if d == k)
+            t = max(t, P[k] + m * w, P[k] + Q[k] + m * fb)
+        best = min(best, t)
+    assert _fits(model, owner, p, best * (1 + 2 * counted_mod.REL_TOL))
+
+
+def test_counted_layout_lands_near_the_fill_packing_bound_where_packing_stops_short() -> None:
+    # nemotron-h-56b on 16 devices, 128 micro-batches: 54 Mamba, 54 MLP and 10 attention
+    # layers; the packed layout's descent stops 1.6 % above the bound
+    prof = load_sample("nemotron-h-56b")
+    ev = Evaluator(prof, 16, 128, 80.0)
+    got = counted_layout(ev.fill, 16)
+    packed = packed_layout(ev.fill, 16)
+    assert got is not None and packed is not None
+    part, place, need = got
+    lt = LayerTimes.of(prof)
+    bound = fill_packing_bound(lt, 16, 128, ev.fill.hop_ms)
+    owner = [d for (a, b), d in zip(part, place, strict=True) for _ in range(a, b)]
+    assert _fits(ev.fill, owner, 16, bound * 1.001)  # the programme: within 0.1 %
+    assert need < packed[2] - 50.0  # the fill-model need, stage hops included
+    names = [r.name for r in ranked_layouts(ev)]
+    assert "counted" in names and "packed" in names
+    assert any(p.description == "switch to counted" for p in family_proposals(ev))
+
+
+def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
+    n = 40
+    distinct = [1.0 + 0.01 * i for i in range(n)]  # 40 kinds: too many states
+    model = FillModel.from_times(LayerTimes(distinct, distinct, distinct), 8)
+    assert counted_layout(model, 4) is None
+    base = _model(26, 3)
+    tight = base.with_memory([100.0] * 26, [10.0] * 26, 400.0, inflight=(1.0,) * 26)
+    assert counted_layout(base, 5) is not None
+    assert counted_layout(tight, 5) is None  # 2,860 MiB of layers on 5 x 400 MiB
+    assert counted_layout(base, 26) is None  # one layer per device: nothing to count
