@@ -92,4 +92,5 @@ def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
     tight = base.with_memory([100.0] * 26, [10.0] * 26, 400.0, inflight=(1.0,) * 26)
     assert counted_layout(base, 5) is not None
     assert counted_layout(tight, 5) is None  # 2,860 MiB of layers on 5 x 400 MiB
-    assert counted_layout(base, 26) is None  # one layer per device: nothing to count
+    assert counted_layout(base, 13) is None  # two layers per device: the matched range
+    assert counted_layout(base, 12) is not None
