@@ -84,10 +84,10 @@ def test_counted_layout_lands_near_the_fill_packing_bound_where_packing_stops_sh
 
 
 def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
-    n = 40
-    distinct = [1.0 + 0.01 * i for i in range(n)]  # 40 kinds: too many states
-    model = FillModel.from_times(LayerTimes(distinct, distinct, distinct), 8)
-    assert counted_layout(model, 4) is None
+    for n in (40, 200):  # every layer its own kind: 2^36 and 2^196 states (no overflow)
+        distinct = [1.0 + 0.001 * i for i in range(n)]
+        model = FillModel.from_times(LayerTimes(distinct, distinct, distinct), 8)
+        assert counted_layout(model, 4) is None
     base = _model(26, 3)
     tight = base.with_memory([100.0] * 26, [10.0] * 26, 400.0, inflight=(1.0,) * 26)
     assert counted_layout(base, 5) is not None

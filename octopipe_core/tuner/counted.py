@@ -58,8 +58,11 @@ def counted_layout(model: FillModel, devices: int) -> tuple[Partition, list[int]
         total[k] = total.get(k, 0) + 1
     kinds = sorted(total, key=lambda k: (total[k], k))  # the most frequent last
     counts = [total[k] for k in kinds]
-    if int(np.prod([c + 1 for c in counts[:-1]])) > MAX_STATES:
-        return None
+    states = 1
+    for c in counts[:-1]:  # Python integers: no overflow with a hundred distinct layers
+        states *= c + 1
+        if states > MAX_STATES:
+            return None
     per = _pack(model, p, kinds, counts)
     if per is None:
         return None
