@@ -15,6 +15,7 @@ from octopipe_core.profile import load_sample
 from octopipe_core.tuner import evaluate
 from octopipe_core.tuner.assign import model_need, model_needs, reassigned_layouts
 from octopipe_core.tuner.climb import peer_candidates
+from octopipe_core.tuner.counted import counted_layout
 from octopipe_core.tuner.evaluate import Evaluator, Move
 from octopipe_core.tuner.moves_placement import ranked_layouts, reassign_proposals
 
@@ -31,9 +32,10 @@ def test_descent_beats_every_ranked_layout_on_jamba_at_8_devices() -> None:
     # its stage hops and its later layers' starts are not in its programme)
     ev = Evaluator(load_sample("jamba-v0.1"), 8, 64, 80.0)
     bound = plan_bounds(ev.profile, 8, 64).best_ms
-    layouts = ranked_layouts(ev)
-    ranked = min(x.objective_ms for x in layouts if x.name != "counted")
-    counted = min(x.objective_ms for x in layouts if x.name == "counted")
+    ranked = min(x.objective_ms for x in ranked_layouts(ev))
+    got = counted_layout(ev.fill, 8)
+    assert got is not None
+    counted = got[2]
     seq = ev.fill_partition(list(range(8))).partition
     assert seq is not None
     start = _owner(seq, list(range(8)))

@@ -15,7 +15,11 @@ from octopipe_core.profile import load_sample
 from octopipe_core.tuner import counted as counted_mod
 from octopipe_core.tuner.counted import counted_layout
 from octopipe_core.tuner.evaluate import Evaluator
-from octopipe_core.tuner.moves_placement import family_proposals, ranked_layouts
+from octopipe_core.tuner.moves_placement import (
+    family_proposals,
+    ranked_layouts,
+    reassign_applies,
+)
 from octopipe_core.tuner.packed import packed_layout
 
 
@@ -81,6 +85,12 @@ def test_counted_layout_lands_near_the_fill_packing_bound_where_packing_stops_sh
     names = [r.name for r in ranked_layouts(ev)]
     assert "counted" in names and "packed" in names
     assert any(p.description == "switch to counted" for p in family_proposals(ev))
+    # where the reassign descent runs (it searches every layer-to-device map), it is not
+    # ranked: it would only take time from the descent
+    small = Evaluator(load_sample("jamba-v0.1"), 8, 64, 80.0)
+    assert reassign_applies(small) and not reassign_applies(ev)
+    assert counted_layout(small.fill, 8) is not None
+    assert "counted" not in [r.name for r in ranked_layouts(small)]
 
 
 def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
