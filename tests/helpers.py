@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+from itertools import pairwise
 from typing import Any
 
+from octopipe_core.bounds import LayerTimes
+from octopipe_core.fill_partition import FillModel, Partition, device_needs
 from octopipe_core.profile import FORMAT, Profile
 
 
@@ -66,3 +70,27 @@ def hetero_profile(times: list[tuple[float, float, float]], out_mib: float = 0.0
             "layers": list(types),
         }
     )
+
+
+def random_fill_model(n: int, seed: int, m: int = 8) -> FillModel:
+    """``n`` layers of 1, 1.5 or 3 ms forward at random (B the same, W half), ``m``
+    micro-batches."""
+    rng = random.Random(seed)
+    f = [rng.choice([1.0, 1.5, 3.0]) for _ in range(n)]
+    return FillModel.from_times(LayerTimes(f, f, [0.5 * x for x in f]), m)
+
+
+def assert_spread_layout(
+    model: FillModel, p: int, got: tuple[Partition, list[int], float] | None
+) -> tuple[Partition, list[int], float]:
+    """``got`` is a layout where device ``d`` starts with layer ``d``: contiguous stages
+    covering every layer once, adjacent stages on different devices, and its need is the
+    fill model's."""
+    assert got is not None
+    part, place, need = got
+    assert part[0][0] == 0 and part[-1][1] == model.num_layers
+    assert all(a[1] == b[0] for a, b in pairwise(part))
+    assert all(x != y for x, y in pairwise(place))
+    assert place[:p] == list(range(p))  # device d starts with layer d
+    assert need == max(device_needs(model, part, place))
+    return part, place, need

@@ -4,13 +4,12 @@ descent stops short, and the tuner proposing them."""
 
 from __future__ import annotations
 
-import random
-from itertools import pairwise, product
+from itertools import product
 
 import pytest
 
 from octopipe_core.bounds import LayerTimes, fill_packing_bound
-from octopipe_core.fill_partition import FillModel, device_needs
+from octopipe_core.fill_partition import FillModel
 from octopipe_core.profile import load_sample
 from octopipe_core.tuner import counted as counted_mod
 from octopipe_core.tuner.counted import counted_layout
@@ -21,12 +20,7 @@ from octopipe_core.tuner.moves_placement import (
     reassign_applies,
 )
 from octopipe_core.tuner.packed import packed_layout
-
-
-def _model(n: int, seed: int, m: int = 8) -> FillModel:
-    rng = random.Random(seed)
-    f = [rng.choice([1.0, 1.5, 3.0]) for _ in range(n)]
-    return FillModel.from_times(LayerTimes(f, f, [0.5 * x for x in f]), m)
+from tests.helpers import assert_spread_layout, random_fill_model
 
 
 def _fits(model: FillModel, owner: list[int], p: int, T: float) -> bool:
@@ -43,15 +37,8 @@ def _fits(model: FillModel, owner: list[int], p: int, T: float) -> bool:
 @pytest.mark.parametrize("seed", range(4))
 def test_counted_layout_is_a_valid_layout_at_the_programmes_optimum(seed: int) -> None:
     n, p = 9, 3
-    model = _model(n, seed)
-    got = counted_layout(model, p)
-    assert got is not None
-    part, place, need = got
-    assert part[0][0] == 0 and part[-1][1] == n
-    assert all(a[1] == b[0] for a, b in pairwise(part))
-    assert all(x != y for x, y in pairwise(place))
-    assert place[:p] == list(range(p))  # device d starts with layer d
-    assert need == max(device_needs(model, part, place))
+    model = random_fill_model(n, seed)
+    part, place, _need = assert_spread_layout(model, p, counted_layout(model, p))
     owner = [d for (a, b), d in zip(part, place, strict=True) for _ in range(a, b)]
     # brute force over every map of the later layers: the smallest T any of them fits
     # (the largest per-device requirement) is the programme's T, to its tolerance
@@ -98,7 +85,7 @@ def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
         distinct = [1.0 + 0.001 * i for i in range(n)]
         model = FillModel.from_times(LayerTimes(distinct, distinct, distinct), 8)
         assert counted_layout(model, 4) is None
-    base = _model(26, 3)
+    base = random_fill_model(26, 3)
     tight = base.with_memory([100.0] * 26, [10.0] * 26, 400.0, inflight=(1.0,) * 26)
     assert counted_layout(base, 5) is not None
     assert counted_layout(tight, 5) is None  # 2,860 MiB of layers on 5 x 400 MiB

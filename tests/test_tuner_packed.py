@@ -4,13 +4,9 @@ placement-first rule on large problems (``climb.layout_gains``)."""
 
 from __future__ import annotations
 
-import random
-from itertools import pairwise
-
 import pytest
 
-from octopipe_core.bounds import LayerTimes
-from octopipe_core.fill_partition import FillModel, device_needs, solve_fill
+from octopipe_core.fill_partition import solve_fill
 from octopipe_core.profile import load_sample
 from octopipe_core.tuner import packed as packed_mod
 from octopipe_core.tuner.climb import LAYOUT_FIRST_SIZE, layout_gains, peer_candidates, rank_phases
@@ -20,12 +16,7 @@ from octopipe_core.tuner.list_scheduler import POLICIES
 from octopipe_core.tuner.moves_placement import family_proposals, ranked_layouts
 from octopipe_core.tuner.packed import packed_layout
 from octopipe_core.tuner.search import tune
-
-
-def _model(n: int, seed: int, m: int = 8) -> FillModel:
-    rng = random.Random(seed)
-    f = [rng.choice([1.0, 1.5, 3.0]) for _ in range(n)]
-    return FillModel.from_times(LayerTimes(f, f, [0.5 * x for x in f]), m)
+from tests.helpers import assert_spread_layout, random_fill_model
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -33,16 +24,8 @@ def test_packed_layout_is_a_valid_layout_and_the_descent_only_helps(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     n, p = 26, 5
-    model = _model(n, seed)
-    got = packed_layout(model, p)
-    assert got is not None
-    part, place, need = got
-    # contiguous stages covering every layer once, adjacent stages on different devices
-    assert part[0][0] == 0 and part[-1][1] == n
-    assert all(a[1] == b[0] for a, b in pairwise(part))
-    assert all(x != y for x, y in pairwise(place))
-    assert place[:p] == list(range(p))  # device d starts with layer d
-    assert need == max(device_needs(model, part, place))
+    model = random_fill_model(n, seed)
+    _part, _place, need = assert_spread_layout(model, p, packed_layout(model, p))
     monkeypatch.setattr(packed_mod, "MAX_ROUNDS", 0)  # the greedy packing alone
     greedy = packed_layout(model, p)
     assert greedy is not None and need <= greedy[2]
@@ -50,7 +33,7 @@ def test_packed_layout_is_a_valid_layout_and_the_descent_only_helps(
 
 def test_packed_layout_keeps_to_the_memory_budget() -> None:
     # 26 layers of 100 MiB weights on 5 devices, one micro-batch of 10 MiB in flight each
-    base = _model(26, 3)
+    base = random_fill_model(26, 3)
     n = base.num_layers
     roomy = base.with_memory([100.0] * n, [10.0] * n, 2000.0, inflight=(1.0,) * n)
     tight = base.with_memory([100.0] * n, [10.0] * n, 400.0, inflight=(1.0,) * n)
@@ -59,7 +42,7 @@ def test_packed_layout_keeps_to_the_memory_budget() -> None:
 
 
 def test_packed_layout_applies_from_three_to_eight_layers_per_device() -> None:
-    model = _model(40, 0)
+    model = random_fill_model(40, 0)
     assert packed_layout(model, 20) is None  # two per device: the matched layout's range
     assert packed_layout(model, 14) is None  # under three per device: V and folds suffice
     assert packed_layout(model, 4) is None  # ten per device: too many stages
