@@ -49,8 +49,10 @@ def test_descent_beats_every_ranked_layout_on_jamba_at_8_devices() -> None:
         assert part[0][0] == 0 and part[-1][1] == 34
         assert all(b == c for (_a, b), (c, _d) in pairwise(part))
         assert max(model_needs(ev.fill, _owner(part, place), 8)) == pytest.approx(need, abs=1e-5)
-    # deterministic for a seed; a passed deadline returns the start as it is
-    assert reassigned_layouts(ev.fill, start, 8, count=3, seed=0) == got
+    # deterministic for a seed (checked on a short run: the full one takes 4 s); a passed
+    # deadline returns the start as it is
+    short = reassigned_layouts(ev.fill, start, 8, count=3, seed=1, rounds=4)
+    assert short and reassigned_layouts(ev.fill, start, 8, count=3, seed=1, rounds=4) == short
     late = reassigned_layouts(ev.fill, start, 8, deadline=0.0)
     assert [g[2] for g in late] == [pytest.approx(model_need(ev.fill, start, 8), abs=1e-5)]
 
