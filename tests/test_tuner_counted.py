@@ -91,3 +91,8 @@ def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:
     assert counted_layout(tight, 5) is None  # 2,860 MiB of layers on 5 x 400 MiB
     assert counted_layout(base, 13) is None  # two layers per device: the matched range
     assert counted_layout(base, 12) is not None
+    # one later kind (the programme's value array is then 0-d): 16 equal layers, 4 apiece
+    same = FillModel.from_times(LayerTimes([1.0] * 16, [1.0] * 16, [1.0] * 16), 8)
+    part, place, _need = assert_spread_layout(same, 4, counted_layout(same, 4))
+    held = [sum(b - a for (a, b), e in zip(part, place, strict=True) if e == d) for d in range(4)]
+    assert held == [4, 4, 4, 4]

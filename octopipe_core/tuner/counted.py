@@ -85,7 +85,7 @@ class _Programme:
         self.own_fb = model.fb_ms[:p]
         self.vw = np.array([k[0] for k in kinds])
         self.vf = np.array([k[1] for k in kinds])
-        self.shape = tuple(c + 1 for c in counts[:-1]) or (1,)
+        self.shape = tuple(c + 1 for c in counts[:-1])  # () with one later kind: 0-d
         self._configs: np.ndarray | None = None
         self._top = -1.0
 
@@ -129,25 +129,21 @@ class _Programme:
             rows = self.configs(cw, cf)
             if rows is None or len(rows) == 0:
                 return None
-            fits = [(cw - rows @ self.vw[:-1]) / last_w if last_w > 0 else None,
-                    (cf - rows @ self.vf[:-1]) / last_f if last_f > 0 else None]  # fmt: skip
-            room = [x for x in fits if x is not None]
-            take = np.full(len(rows), float(last_n))
-            if room:
-                take = np.minimum(np.floor(np.minimum.reduce(room) + 1e-9), last_n)
-            take = take.astype(np.int64)
+            room = np.full(len(rows), np.inf)  # how many of the last kind still fit
+            if last_w > 0:
+                room = np.minimum(room, (cw - rows @ self.vw[:-1]) / last_w)
+            if last_f > 0:
+                room = np.minimum(room, (cf - rows @ self.vf[:-1]) / last_f)
+            take = np.minimum(np.floor(room + 1e-9), last_n).astype(np.int64)
             new = np.full_like(most, -1)
             for row, t in zip(rows, take, strict=True):
-                src = tuple(slice(0, s - r) for s, r in zip(self.shape, row, strict=False))
-                dst = tuple(slice(r, s) for s, r in zip(self.shape, row, strict=False))
-                if not row.size:
-                    src = dst = (slice(None),)
+                src = tuple(slice(0, s - r) for s, r in zip(self.shape, row, strict=True))
+                dst = tuple(slice(r, s) for s, r in zip(self.shape, row, strict=True))
                 v = most[src]
-                np.maximum(new[dst], np.where(v >= 0, np.minimum(v + t, last_n), -1),
-                           out=new[dst])  # fmt: skip
+                new[dst] = np.maximum(new[dst], np.where(v >= 0, np.minimum(v + t, last_n), -1))
             steps.append((most, rows, take))
             most = new
-        full = tuple(self.counts[:-1]) or (0,)
+        full = tuple(self.counts[:-1])
         return steps if most[full] >= last_n else None
 
     def counts_of(self, steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[list[int]]:
@@ -161,7 +157,7 @@ class _Programme:
                 prev = [a - b for a, b in zip(y, row, strict=True)]
                 if min(prev, default=0) < 0:
                     continue
-                got = int(before[tuple(prev) or (0,)])
+                got = int(before[tuple(prev)])
                 if got >= 0 and got + int(t) >= left:
                     mine = max(0, left - got)
                     out[k] = [*map(int, row), mine]
