@@ -1,7 +1,9 @@
 """Lower bounds on the step time of any pipeline plan, shared by the tuner and its reports.
 
-Every bound ignores transfers and the memory cap (both can only add time), so each holds for
-every plan of the profile on ``devices`` devices with ``microbatches`` micro-batches. With
+Every bound ignores the memory cap and counts transfers only as the cheapest one
+(``min_hop_ms``, the ``hop`` below) per device boundary that a chain must cross (the cap and
+the real transfers can only add time), so each holds for every plan of the profile on
+``devices`` devices with ``microbatches`` micro-batches. With
 ``f_i``, ``b_i``, ``w_i`` the F, B and W times of layer ``i`` (ms), ``m`` micro-batches and
 ``p`` devices:
 
@@ -13,11 +15,13 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
   w_0`` before the step does (the gradient still has to go down to layer 0, whose W follows).
   Lowest layers are distinct, so the best case puts device ``d``'s lowest layer at ``d``;
   layers ``0..k`` can then only run on devices ``0..k``. The bound is the smallest ``T`` with
-  ``m * work(layers 0..k) <= sum_{d <= k} max(0, T - P_d)`` for every ``k`` (and the same for
-  the F+B work with ``T - P_d - Q_d``): layers split fractionally among devices, start-up and
-  drain idle counted;
+  ``m * work(layers 0..k) <= sum_{d <= k} max(0, T - P_d - d hop)`` for every ``k`` (and the
+  same for the F+B work with ``T - P_d - Q_d - 2 d hop``: the chains to and from device ``d``
+  cross the ``d`` devices with lower layers): layers split fractionally among devices,
+  start-up and drain idle counted;
 * **layer** (``layer_ms``): one layer's ``m`` F, B and W run on one device, after ``P_i`` and
   (F and B) ``Q_i`` before the end; with ``m = 1`` this is one micro-batch's critical path;
+  the heaviest layers also pay the hops on the way to them (``layer_bound``);
 * **granularity** (``granularity_ms``): layers are indivisible, so the busiest device holds at
   least the mean, the largest layer, and for each ``k`` ``k + 1`` times the ``(k p + 1)``-th
   largest layer (``k p + 1`` layers that large cannot all sit ``k`` to a device);
@@ -28,8 +32,8 @@ every plan of the profile on ``devices`` devices with ``microbatches`` micro-bat
   count does not rule out;
 * **fill and drain, whole layers** (``fill_packing_ms``): the any-assignment bound with
   indivisible layers and without the nesting: the smallest ``T`` such that the layers pack
-  into devices whose ``k``-th (by lowest layer) holds ``m * work <= T - P_k`` and
-  ``m * (f + b) <= T - P_k - Q_k``, exactly, by the same search over counts
+  into devices whose ``k``-th (by lowest layer) holds ``m * work <= T - P_k - k hop`` and
+  ``m * (f + b) <= T - P_k - Q_k - 2 k hop``, exactly, by the same search over counts
   (``fill_packing_bound``); the largest of the others when it is not larger, 0 when the
   search is too large;
 * **contiguous** (``contiguous_ms``): for plans with one contiguous layer range per device
