@@ -281,7 +281,12 @@ def test_cluster_page_and_ranked_layouts(server: str, page: object) -> None:
     wait_idle(page)
     page.get_by_text("on TP1 x PP8 x DP4 zero1, 16x8-h800-ib400").wait_for()
     charts_drawn(page, 1)
-    metrics = page.get_by_test_id("stMetricLabel").all_inner_texts()
+    # the metric row can still be redrawing after the first chart (a loaded machine caught
+    # it without "GPUs" once): wait for each label, then read them all
+    labels = page.get_by_test_id("stMetricLabel")
+    for name in ("GPUs", "exposed tail (ms)", "inter-node boundaries"):
+        labels.get_by_text(name, exact=True).first.wait_for()
+    metrics = [t.strip() for t in labels.all_inner_texts()]
     assert {"GPUs", "exposed tail (ms)", "inter-node boundaries"} <= set(metrics)
     # the timeline's legend names the inter-node transfers and the DP stream
     legend = legend_shows(page, "send activation (inter-node)", "DP gradient reduction")
