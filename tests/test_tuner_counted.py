@@ -109,5 +109,5 @@ def test_the_deal_gives_a_light_first_device_its_next_layer_early() -> None:
     assert [i for i, d in enumerate(owner) if d == 0][:2] == [0, 16]
     # the fill model's need, stage hops included: 1,675 ms, 2.4 % above the fill-packing
     # bound (the even spread: 1,684 ms, 2.9 %)
-    lt = LayerTimes.of(load_sample("nemotron-h-56b"))
+    lt = LayerTimes.of(ev.profile)
     assert need < 1.025 * fill_packing_bound(lt, 16, 32, ev.fill.hop_ms)
