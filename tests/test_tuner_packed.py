@@ -59,8 +59,9 @@ def test_packed_layout_beats_every_contiguous_layout_on_nemotron_h_56b_at_32_dev
     conts = [solve_fill(ev.fill, family_placement(f, 32)) for f in ("seq", "v", "fold8")]
     best_cont = min(c.objective_ms for c in conts if c.objective_ms is not None)
     assert need < 0.96 * best_cont
-    first = ranked_layouts(ev)[0]
-    assert first.name == "packed" and first.objective_ms == need and first.spread
+    ranked = ranked_layouts(ev)
+    assert ranked[0].spread and ranked[0].objective_ms <= need  # counted ones pack tighter
+    assert any(r.name == "packed" and r.objective_ms == need for r in ranked)
     assert any(p.description == "switch to packed" for p in family_proposals(ev))
     # list-scheduled with one policy, it already beats the best peer (dualpipev: 3,762 ms;
     # the tuner, 30 s: 3,508 ms on this layout, against 3,685 for the best contiguous one)
@@ -82,7 +83,8 @@ def test_placement_goes_first_on_large_problems_when_a_layout_gains_clearly_more
     assert LAYOUT_FIRST_SIZE <= 32 * 128
     r = tune(ev.profile, 32, 128, time_budget_s=30, max_iterations=1)
     first = r.history[0]
-    assert first["phase"] == Phase.PLACEMENT and first["move"] == "switch to packed"
-    # the switch comes list-scheduled (3,531 ms) and justified (3,508 ms)
+    spread = {f"switch to {k}" for k in ("matched", "packed", "counted", "counted-wave")}
+    assert first["phase"] == Phase.PLACEMENT and first["move"] in spread
+    # the switch comes list-scheduled and justified (counted-wave: 3,464 ms with 30 s)
     peer_ms = r.best_peer()
     assert peer_ms is not None and r.step_time_ms < 0.935 * peer_ms[1]

@@ -27,6 +27,7 @@ is 6,736) against 7,300 for the best contiguous layout.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from octopipe_core.fill_partition import FillModel, Partition, device_need, device_needs
 from octopipe_core.tuner.counted import counted_layout
@@ -104,14 +105,17 @@ def _improve(
 def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition, list[int], float]]:
     """The layouts where every device starts with one of the first layers, named: ``matched``
     (``matched.py``, up to two layers per device) or ``packed`` (three to eight), and
-    ``counted`` (``counted.py``, any number); those that fit the model's memory budget."""
-    out = []
+    ``counted`` (``counted.py``, any number) and ``counted-wave`` (the same with the forward
+    wave's constraint, when it gives another layout); those that fit the model's memory
+    budget."""
+    out: list[tuple[str, Partition, list[int], float]] = []
     for name, build in (
         ("matched", matched_layout),
         ("packed", packed_layout),
         ("counted", counted_layout),
+        ("counted-wave", partial(counted_layout, wave=True)),
     ):
         got = build(model, devices)
-        if got is not None:
+        if got is not None and all(got[:2] != (part, place) for _n, part, place, _t in out):
             out.append((name, *got))
     return out
