@@ -122,7 +122,7 @@ def test_the_deal_gives_a_light_first_device_its_next_layer_early() -> None:
 
 def test_the_forward_wave_constraint_brings_the_need_to_the_bound() -> None:
     # nemotron-h-56b on 32 devices, 64 micro-batches: a device's later layers and its first
-    # layer's B and W cannot start before the forwards reach layer 32 (95 ms). Without that
+    # layer's B and W cannot start before the forwards reach layer 32 (80 ms). Without that
     # constraint the programme packs device 0 (an embedding of 0.02 ms F, so it starts
     # first) as if it were busy from 0: its need is 3.6 % above the fill-packing bound;
     # with it, 0.4 %

@@ -85,6 +85,6 @@ def test_placement_goes_first_on_large_problems_when_a_layout_gains_clearly_more
     first = r.history[0]
     spread = {f"switch to {k}" for k in ("matched", "packed", "counted", "counted-wave")}
     assert first["phase"] == Phase.PLACEMENT and first["move"] in spread
-    # the switch comes list-scheduled and justified (counted-wave: 3,464 ms with 30 s)
+    # the switch comes list-scheduled and justified
     peer_ms = r.best_peer()
     assert peer_ms is not None and r.step_time_ms < 0.935 * peer_ms[1]

@@ -132,10 +132,9 @@ def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayo
             if res.partition is not None and res.objective_ms is not None:
                 name = f"{fam} (memory-aware)" if mem else fam
                 ranked.append(RankedLayout(res.objective_ms, name, res.partition, place))
-    # the reassign descent searches every layer-to-device map where it runs, counted ones (and
-    # counted-wave ones)
-    # included: there the counted layout only takes time from it (jamba-v0.1, 8 devices, 64
-    # micro-batches: 5,570.6 -> 5,585.5 ms with both, tuner_cells)
+    # the reassign descent searches every layer-to-device map where it runs, counted ones
+    # (plain and wave-aware) included: there the counted layouts only take time from it
+    # (jamba-v0.1, 8 devices, 64 micro-batches: 5,570.6 -> 5,585.5 ms with both, tuner_cells)
     skip = ("counted",) if reassign_applies(ev) else ()
     for mem in _memory(ev):  # wide pipelines: one early layer per device, the rest spread
         for kind, part, place, need in ev.spread_layouts(mem):
