@@ -139,3 +139,10 @@ def test_the_forward_wave_constraint_brings_the_need_to_the_bound() -> None:
     same = FillModel.from_times(LayerTimes([1.0] * 16, [1.0] * 16, [1.0] * 16), 8)
     got = spread_layouts(same, 4)  # 4 equal layers a device: every builder gives one layout
     assert [k for k, *_ in got] == ["packed"] and counted_layout(same, 4, True) is not None
+    # offered only where its need is below every other layout's: on nemotron-h-8b at 8
+    # devices it ties the packed layout (another layout, 1,800.2 ms each)
+    tie = Evaluator(load_sample("nemotron-h-8b"), 8, 16, 80.0).fill
+    wave = counted_layout(tie, 8, True)
+    got = spread_layouts(tie, 8)
+    assert wave is not None and wave[2] == pytest.approx(min(t for *_, t in got))
+    assert "counted-wave" not in [k for k, *_ in got]
