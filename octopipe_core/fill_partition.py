@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,6 +86,11 @@ class FillModel:
     @property
     def num_layers(self) -> int:
         return len(self.work_ms)
+
+    @cached_property
+    def forward_ms(self) -> list[float]:
+        """Each layer's F (ms): the steps of ``fill_ms``."""
+        return [b - a for a, b in pairwise(self.fill_ms)]
 
     @staticmethod
     def from_times(lt: LayerTimes, microbatches: int, hop_ms: float = 0.0) -> FillModel:

@@ -85,6 +85,11 @@ def test_counted_layout_lands_near_the_fill_packing_bound_where_packing_stops_sh
     assert reassign_applies(small) and not reassign_applies(ev)
     assert counted_layout(small.fill, 8) is not None
     assert "counted" not in [r.name for r in ranked_layouts(small)]
+    # nor the wave-aware one (nemotron-h-56b, 4 devices, 32 micro-batches: both are built)
+    four = Evaluator(prof, 4, 32, 80.0)
+    assert reassign_applies(four)
+    assert {"counted", "counted-wave"} <= {k for k, *_ in four.spread_layouts()}
+    assert not {"counted", "counted-wave"} & {r.name for r in ranked_layouts(four)}
 
 
 def test_counted_layout_refuses_too_many_kinds_and_memory_overflow() -> None:

@@ -41,7 +41,7 @@ schedules realise the wave-aware layout better on some problems and worse on oth
 
 from __future__ import annotations
 
-from itertools import pairwise, product
+from itertools import product
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class _Programme:
         # wave: later layers start after the forwards reach layer p, and so do the device's
         # B and W of its first layer; None: that constraint left out
         self.wave = P[p] + p * h if wave else None
-        self.own_bw = [model.work_ms[k] - (P[k + 1] - P[k]) for k in range(p)]
+        self.own_bw = [model.work_ms[k] - model.forward_ms[k] for k in range(p)]
         self.start = [P[k] + k * h for k in range(p)]
         self.drain = [Q[k] + k * h for k in range(p)]
         self.own_w = model.work_ms[:p]
@@ -226,7 +226,7 @@ def _deal(
     1,834 -> 1,792 ms; tuned, 1,729 -> 1,713 ms, and at 64 micro-batches 3,366 -> 3,318 ms
     (``tuner_cells``)."""
     n = len(key)
-    f = [b - a for a, b in pairwise(model.fill_ms)]
+    f = model.forward_ms
     kf: dict[Kind, list[float]] = {}
     for i in range(p, n):
         kf.setdefault(key[i], []).append(f[i])

@@ -111,16 +111,16 @@ def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition,
     or 32 micro-batches, offering it cost 0.6 % under an 8 s budget); those that fit the
     model's memory budget, each layout once."""
     out: list[tuple[str, Partition, list[int], float]] = []
-    for name, build in (
-        ("matched", matched_layout),
-        ("packed", packed_layout),
-        ("counted", counted_layout),
-        ("counted-wave", partial(counted_layout, wave=True)),
+    for name, build, only_if_lower in (
+        ("matched", matched_layout, False),
+        ("packed", packed_layout, False),
+        ("counted", counted_layout, False),
+        ("counted-wave", partial(counted_layout, wave=True), True),
     ):
         got = build(model, devices)
         if got is None or any(got[:2] == (part, place) for _n, part, place, _t in out):
             continue
-        if name == "counted-wave" and any(got[2] >= t * (1 - 1e-9) for *_, t in out):
+        if only_if_lower and any(got[2] >= t * (1 - 1e-9) for *_, t in out):
             continue
         out.append((name, *got))
     return out
