@@ -111,3 +111,20 @@ def test_justify_move_beats_the_greedy_rules_and_matches_the_simulator() -> None
     assert moves and all(m.move is Move.JUSTIFY for m in moves)
     first = moves[0].build()  # the cheapest (4 rounds) already gains more than 4 %
     assert first is not None and first.fits and first.step_ms < 0.96 * inc.step_ms
+
+
+def test_a_shorter_lookahead_from_the_incumbent_times_is_tried_and_can_win() -> None:
+    # jamba-v0.1, 8 devices, 16 micro-batches, the wave-aware counted layout: justifying the
+    # list schedule from its own times with lookahead 0.25 beats every other justify move
+    # (1,454.4 ms against 1,457.0-1,476.9; the list schedule takes 1,519.9)
+    ev = Evaluator(load_sample("jamba-v0.1"), 8, 16, 80.0)
+    kind, part, place, _need = next(x for x in ev.spread_layouts() if x[0] == "counted-wave")
+    inc = ev.from_policies(part, place, kind, bound_ms=float("inf"))
+    assert inc is not None
+    moves = justify_proposals(ev, inc)
+    short = [m for m in moves if "lookahead 0.25, from its times" in m.description]
+    assert len(short) == 1
+    built = {m.description: m.build() for m in moves}
+    steps = {d: c.step_ms for d, c in built.items() if c is not None and c.fits}
+    assert min(steps, key=steps.__getitem__) == short[0].description
+    assert steps[short[0].description] < inc.step_ms
