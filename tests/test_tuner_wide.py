@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from itertools import pairwise, permutations
+from math import inf
 
 import pytest
 
@@ -19,7 +20,7 @@ from octopipe_core.tuner.layouts import family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES
 from octopipe_core.tuner.matched import matched_layout
 from octopipe_core.tuner.moves_placement import family_proposals
-from octopipe_core.tuner.moves_schedule import justify_proposals
+from octopipe_core.tuner.moves_schedule import JUSTIFY_MOVES, justify_proposals
 
 
 def _brute_force(model: FillModel, p: int) -> float:
@@ -122,9 +123,9 @@ def test_a_shorter_lookahead_from_the_incumbent_times_is_tried_and_can_win() -> 
     inc = ev.from_policies(part, place, kind, bound_ms=float("inf"))
     assert inc is not None
     moves = justify_proposals(ev, inc)
-    short = [m for m in moves if "lookahead 0.25, from its times" in m.description]
-    assert len(short) == 1
-    built = {m.description: m.build() for m in moves}
-    steps = {d: c.step_ms for d, c in built.items() if c is not None and c.fits}
-    assert min(steps, key=steps.__getitem__) == short[0].description
-    assert steps[short[0].description] < inc.step_ms
+    short = JUSTIFY_MOVES.index((6, 0.25, True))
+    assert "lookahead 0.25, from its times" in moves[short].description
+    assert len({m.description for m in moves}) == len(moves)  # each names its lookahead
+    steps = [c.step_ms if (c := m.build()) is not None and c.fits else inf for m in moves]
+    assert min(range(len(moves)), key=steps.__getitem__) == short
+    assert steps[short] < inc.step_ms

@@ -295,10 +295,10 @@ def policy_proposals(
 
 # (rounds, lookahead, start from the incumbent's times) of the justify moves; from
 # micro-batch order they find other schedules than from the incumbent (on many-stage layouts
-# the better ones), so both are tried. From the incumbent's times, the shorter lookahead
-# (0.25) beat 0.5 on 11 of 13 spread layouts at 8 devices and 16-32 micro-batches, and no
-# lookahead is best everywhere, so both are tried (tuned: jamba-v0.1 p=8 m=16 1,439.9 ->
-# 1,431.4 ms, nemotron-h-56b p=32 m=128 3,464.0 -> 3,452.3 ms)
+# the better ones), so both starts are tried. From the incumbent's times, lookahead 0.25
+# beat 0.5 on 11 of 13 spread layouts at 8 devices and 16-32 micro-batches, but neither wins
+# everywhere, so both lookaheads are tried (tuned, in two runs each: nemotron-h-56b p=16
+# m=32 1,718.7 -> 1,709.8 ms, p=32 m=128 3,464.0 -> 3,452.3 ms)
 JUSTIFY_MOVES = ((4, 0.0, False), (10, 0.5, False), (6, 0.5, True), (6, 0.25, True))
 
 
