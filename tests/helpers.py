@@ -72,11 +72,13 @@ def hetero_profile(times: list[tuple[float, float, float]], out_mib: float = 0.0
     )
 
 
-def random_fill_model(n: int, seed: int, m: int = 8) -> FillModel:
+def random_fill_model(n: int, seed: int, m: int = 8, first_ms: float | None = None) -> FillModel:
     """``n`` layers of 1, 1.5 or 3 ms forward at random (B the same, W half), ``m``
-    micro-batches."""
+    micro-batches; with ``first_ms``, the first layer's forward takes that (an embedding)."""
     rng = random.Random(seed)
     f = [rng.choice([1.0, 1.5, 3.0]) for _ in range(n)]
+    if first_ms is not None:
+        f[0] = first_ms
     return FillModel.from_times(LayerTimes(f, f, [0.5 * x for x in f]), m)
 
 

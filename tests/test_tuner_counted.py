@@ -23,42 +23,41 @@ from octopipe_core.tuner.packed import packed_layout, spread_layouts
 from tests.helpers import assert_spread_layout, random_fill_model
 
 
-def _fits(model: FillModel, owner: list[int], p: int, T: float, wave: bool = False) -> bool:
-    """The programme's test on a layer-to-device map: device ``k`` starts at layer ``k``;
-    with ``wave``, all its work but its first layer's F also fits after the forwards reach
-    layer ``p``."""
+def _map_need(model: FillModel, owner: list[int], p: int, wave: bool = False) -> float:
+    """The smallest step time (ms) at which a layer-to-device map passes the programme's test:
+    device ``k`` starts at layer ``k``; with ``wave``, all its work but its first layer's F
+    also fits after the forwards reach layer ``p``."""
     m, P, Q, h = model.microbatches, model.fill_ms, model.drain_ms, model.hop_ms
+    t = 0.0
     for k in range(p):
         w = sum(x for x, d in zip(model.work_ms, owner, strict=True) if d == k)
         fb = sum(x for x, d in zip(model.fb_ms, owner, strict=True) if d == k)
-        if m * w > T - P[k] - k * h + 1e-9 or m * fb > T - P[k] - Q[k] - 2 * k * h + 1e-9:
-            return False
-        if wave and m * (w - (P[k + 1] - P[k])) > T - P[p] - p * h + 1e-9:
-            return False
-    return True
+        t = max(t, P[k] + k * h + m * w, P[k] + Q[k] + 2 * k * h + m * fb)
+        if wave:
+            t = max(t, P[p] + p * h + m * (w - model.forward_ms[k]))
+    return t
+
+
+def _fits(model: FillModel, owner: list[int], p: int, T: float, wave: bool = False) -> bool:
+    """The programme's test on a layer-to-device map at step time ``T`` (``_map_need``)."""
+    return _map_need(model, owner, p, wave) <= T + 1e-9
 
 
 @pytest.mark.parametrize("wave", [False, True])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_counted_layout_is_a_valid_layout_at_the_programmes_optimum(seed: int, wave: bool) -> None:
     n, p = 9, 3
-    model = random_fill_model(n, seed)
+    # with the wave, a light first layer (an embedding) makes the constraint matter: it
+    # raises the brute-force optimum on seeds 0 and 4, and a programme that left it out
+    # fails on seeds 4, 6 and 7; without a light first layer it never binds on these models
+    model = random_fill_model(n, seed, first_ms=0.05 if wave else None)
     part, place, _need = assert_spread_layout(model, p, counted_layout(model, p, wave))
     owner = [d for (a, b), d in zip(part, place, strict=True) for _ in range(a, b)]
     # brute force over every map of the later layers: the smallest T any of them fits
     # (the largest per-device requirement) is the programme's T, to its tolerance
-    m, P, Q = model.microbatches, model.fill_ms, model.drain_ms
-    best = float("inf")
-    for rest in product(range(p), repeat=n - p):
-        own = [*range(p), *rest]
-        t = 0.0
-        for k in range(p):
-            w = sum(x for x, d in zip(model.work_ms, own, strict=True) if d == k)
-            fb = sum(x for x, d in zip(model.fb_ms, own, strict=True) if d == k)
-            t = max(t, P[k] + m * w, P[k] + Q[k] + m * fb)
-            if wave:
-                t = max(t, P[p] + m * (w - (P[k + 1] - P[k])))
-        best = min(best, t)
+    best = min(
+        _map_need(model, [*range(p), *rest], p, wave) for rest in product(range(p), repeat=n - p)
+    )
     assert _fits(model, owner, p, best * (1 + 2 * counted_mod.REL_TOL), wave)
 
 

@@ -14,7 +14,7 @@ from octopipe_core.tuner.evaluate import Evaluator, Phase
 from octopipe_core.tuner.layouts import family_placement
 from octopipe_core.tuner.list_scheduler import POLICIES
 from octopipe_core.tuner.moves_placement import family_proposals, ranked_layouts
-from octopipe_core.tuner.packed import packed_layout
+from octopipe_core.tuner.packed import SPREAD_BUILDERS, packed_layout
 from octopipe_core.tuner.search import tune
 from tests.helpers import assert_spread_layout, random_fill_model
 
@@ -83,7 +83,7 @@ def test_placement_goes_first_on_large_problems_when_a_layout_gains_clearly_more
     assert LAYOUT_FIRST_SIZE <= 32 * 128
     r = tune(ev.profile, 32, 128, time_budget_s=30, max_iterations=1)
     first = r.history[0]
-    spread = {f"switch to {k}" for k in ("matched", "packed", "counted", "counted-wave")}
+    spread = {f"switch to {name}" for name, *_ in SPREAD_BUILDERS}
     assert first["phase"] == Phase.PLACEMENT and first["move"] in spread
     # the switch comes list-scheduled and justified
     peer_ms = r.best_peer()

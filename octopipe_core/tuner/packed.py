@@ -102,6 +102,16 @@ def _improve(
     return False
 
 
+Built = tuple[Partition, list[int], float] | None
+# (name, builder, offered only if its need is below every earlier layout's), in rank order
+SPREAD_BUILDERS: tuple[tuple[str, Callable[[FillModel, int], Built], bool], ...] = (
+    ("matched", matched_layout, False),
+    ("packed", packed_layout, False),
+    ("counted", counted_layout, False),
+    ("counted-wave", partial(counted_layout, wave=True), True),
+)
+
+
 def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition, list[int], float]]:
     """The layouts where every device starts with one of the first layers, named: ``matched``
     (``matched.py``, up to two layers per device) or ``packed`` (three to eight), and
@@ -111,12 +121,7 @@ def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition,
     or 32 micro-batches, offering it cost 0.6 % under an 8 s budget); those that fit the
     model's memory budget, each layout once."""
     out: list[tuple[str, Partition, list[int], float]] = []
-    for name, build, only_if_lower in (
-        ("matched", matched_layout, False),
-        ("packed", packed_layout, False),
-        ("counted", counted_layout, False),
-        ("counted-wave", partial(counted_layout, wave=True), True),
-    ):
+    for name, build, only_if_lower in SPREAD_BUILDERS:
         got = build(model, devices)
         if got is None or any(got[:2] == (part, place) for _n, part, place, _t in out):
             continue
