@@ -118,7 +118,12 @@ def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) ->
     env = dict(os.environ, PYTHONPATH=str(root))
     cmd = [sys.executable, "-m", "octopipe_core", "run", str(job)]
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, which the cleanup below kills
     )
     try:
         log = job / "out" / "train_log.jsonl"
@@ -142,3 +147,19 @@ def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) ->
     stopped = [ln for ln in out.splitlines() if "stopped at step" in ln]
     assert len(stopped) == 1 and "(STOP file)" in stopped[0]
     assert (job / "checkpoints" / "latest").read_text().strip() != first  # STOP saved again
+
+
+def test_a_stop_request_that_arrives_during_a_checkpoint_is_kept(tmp_path: Path) -> None:
+    """A checkpoint clears only the requests it answered: a STOP file written while a periodic
+    (or CHECKPOINT-requested) checkpoint is saved stays for the next step to read. It used to be
+    removed with the rest, and the job ran on to its last step."""
+    from octopipe_core.executor.checkpoint import clear_requests, requested
+
+    (tmp_path / "STOP").touch()
+    (tmp_path / "CHECKPOINT").touch()
+    clear_requests(tmp_path, stop=False, checkpoint=True)
+    assert requested(tmp_path) == (True, False)
+    clear_requests(tmp_path, stop=False, checkpoint=False)  # a periodic checkpoint
+    assert requested(tmp_path) == (True, False)
+    clear_requests(tmp_path, stop=True, checkpoint=False)  # the job stops for it
+    assert requested(tmp_path) == (False, False)

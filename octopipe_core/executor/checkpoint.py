@@ -109,6 +109,18 @@ def requested(job_dir: Path) -> tuple[bool, bool]:
     return (job_dir / STOP_FILE).exists(), (job_dir / CHECKPOINT_FILE).exists()
 
 
-def clear_requests(job_dir: Path) -> None:
-    for name in (STOP_FILE, CHECKPOINT_FILE):
-        (job_dir / name).unlink(missing_ok=True)
+def clear_requests(job_dir: Path, *, stop: bool, checkpoint: bool) -> None:
+    """Remove the request files a checkpoint has just answered: STOP only when the job stops
+    for it, CHECKPOINT only when one was asked for. A STOP that arrives while a checkpoint is
+    being written (a periodic one, or one a CHECKPOINT file or SIGUSR1 asked for) stays, and
+    the next step reads it.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / STOP_FILE).touch(); (d / CHECKPOINT_FILE).touch()
+    >>> clear_requests(d, stop=False, checkpoint=True)
+    >>> sorted(p.name for p in d.iterdir())
+    ['STOP']
+    """
+    for name, answered in ((STOP_FILE, stop), (CHECKPOINT_FILE, checkpoint)):
+        if answered:
+            (job_dir / name).unlink(missing_ok=True)

@@ -197,7 +197,7 @@ def execute(
             path = ckpt.save(ck_dir, i + 1, state(), meta, cks.keep)
             _SIGNALLED.clear()
             if dist.get_rank() == 0 and jdir is not None:
-                ckpt.clear_requests(jdir)
+                ckpt.clear_requests(jdir, stop=stop, checkpoint=bool(flags[3] > 0))
             if is_logger:
                 say(f"checkpoint {path}")
         if stop:
