@@ -1,8 +1,14 @@
-"""Small profile builders shared by the core tests."""
+"""Small profile builders shared by the core tests, and a job runner that cleans up after
+itself."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from itertools import pairwise
 from typing import Any
 
@@ -96,3 +102,17 @@ def assert_spread_layout(
     assert place[:p] == list(range(p))  # device d starts with layer d
     assert need == max(device_needs(model, part, place))
     return part, place, need
+
+
+@contextmanager
+def job_group(cmd: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """Start ``cmd`` (text mode) in a session of its own and, on the way out, kill whatever
+    of its process group is left: a job whose test failed or timed out must not keep its
+    launcher and ranks busy beside the rest of the suite."""
+    proc = subprocess.Popen(cmd, start_new_session=True, text=True, **popen)
+    try:
+        yield proc
+    finally:
+        with suppress(ProcessLookupError):  # the group has ended
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -13,6 +13,7 @@ from octopipe_core.cli import main
 from octopipe_core.plan import save_plan
 from octopipe_core.profile import FORMAT, Profile
 from octopipe_core.schedules import build_plan
+from tests.helpers import job_group
 
 torch = pytest.importorskip("torch")
 
@@ -117,15 +118,7 @@ def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) ->
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root))
     cmd = [sys.executable, "-m", "octopipe_core", "run", str(job)]
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, which the cleanup below kills
-    )
-    try:
+    with job_group(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         log = job / "out" / "train_log.jsonl"
         deadline = time.time() + 120
         while time.time() < deadline and not (log.exists() and log.read_text().count("\n") >= 2):
@@ -138,9 +131,6 @@ def test_sigusr1_checkpoints_and_stop_file_ends_a_running_job(tmp_path: Path) ->
         first = (job / "checkpoints" / "latest").read_text().strip()
         (job / "STOP").touch()
         out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:  # this test's own process group: run, the launcher, its ranks
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out[-6000:]
     step = int(first.removeprefix("step_"))
     assert 2 <= step < 5000

@@ -20,6 +20,7 @@ from octopipe_core.executor.harness import free_port
 from octopipe_core.plan import save_plan
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
+from tests.helpers import job_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,33 +83,18 @@ def test_two_node_launch_from_a_moved_copy(tmp_path: Path) -> None:
     shutil.copytree(job, moved)
     shutil.rmtree(tmp_path / "made")
     port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [
-                "bash",
-                str(moved / "launch.sh"),
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(k),
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                port,
-                "--",
-                "--backend",
-                "gloo",
-            ],
-            cwd=tmp_path,
-            env=env_for_jobs(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    nodes = [
+        ["bash", str(moved / "launch.sh"), "--nnodes", "2", "--node-rank", str(k),
+         "--master-addr", "127.0.0.1", "--master-port", port, "--", "--backend", "gloo"]
         for k in (0, 1)
-    ]
-    outs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    ]  # fmt: skip
+    pipe = {"cwd": tmp_path, "env": env_for_jobs(), "stdout": subprocess.PIPE}
+    with (
+        job_group(nodes[0], stderr=subprocess.STDOUT, **pipe) as node0,
+        job_group(nodes[1], stderr=subprocess.STDOUT, **pipe) as node1,
+    ):
+        outs = [p.communicate(timeout=240)[0] for p in (node0, node1)]
+    assert [node0.returncode, node1.returncode] == [0, 0], outs
     res = json.loads((moved / "out" / "result.json").read_text())
     assert len(res["losses"]) == 2 and res["layout"]["dp"] == 2
     ranks = {e["pid"] for e in json.loads((moved / "out" / "trace_executed.json").read_text())[
@@ -144,11 +130,11 @@ def test_slurm_script_runs_under_stand_in_srun(tmp_path: Path) -> None:
         SLURM_SUBMIT_DIR=str(job),
         MASTER_PORT=str(free_port()),
     )
-    proc = subprocess.run(
-        ["bash", str(job / "slurm.sbatch"), "--", "--steps", "1", "--backend", "gloo"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    cmd = ["bash", str(job / "slurm.sbatch"), "--", "--steps", "1", "--backend", "gloo"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with job_group(cmd, cwd=tmp_path, env=env, **pipes) as proc:
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
     res = json.loads((job / "out" / "result.json").read_text())
     assert len(res["losses"]) == 1 and res["layout"]["pp"] == 2 and res["layout"]["dp"] == 1
 
