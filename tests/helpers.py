@@ -3,16 +3,15 @@ itself."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from itertools import pairwise
 from typing import Any
 
 from octopipe_core.bounds import LayerTimes
+from octopipe_core.commands.run import end_process_group
 from octopipe_core.fill_partition import FillModel, Partition, device_needs
 from octopipe_core.profile import FORMAT, Profile
 
@@ -106,13 +105,12 @@ def assert_spread_layout(
 
 @contextmanager
 def job_group(cmd: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
-    """Start ``cmd`` (text mode) in a session of its own and, on the way out, kill whatever
-    of its process group is left: a job whose test failed or timed out must not keep its
-    launcher and ranks busy beside the rest of the suite."""
+    """Start ``cmd`` (text mode) in a session of its own for a test that talks to it while it
+    runs, and on the way out end whatever of the session is left (``end_process_group``): a
+    job whose test failed or timed out must not keep its launcher and ranks busy beside the
+    rest of the suite. A job that only has to finish: ``run_process_group``."""
     proc = subprocess.Popen(cmd, start_new_session=True, text=True, **popen)
     try:
         yield proc
     finally:
-        with suppress(ProcessLookupError):  # the group has ended
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        end_process_group(proc)

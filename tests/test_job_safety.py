@@ -16,6 +16,7 @@ from octopipe_core.commands.run import run_process_group
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.job_config import load_job_config
 from octopipe_core.executor.trust import confirm_user_code, strip_cwd_from_path, user_code
+from tests.helpers import job_group
 
 
 @pytest.fixture
@@ -158,9 +159,29 @@ def test_dead_agent_does_not_block_and_leaves_nothing(tmp_path: Path) -> None:
     """The agent exits while its 'worker' lives on holding the output: the call returns at
     once and the worker is ended."""
     pidfile = tmp_path / "child.pid"
-    cmd = ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; exit 3"]
+    cmd = ["bash", "-c", f"sleep 60 & echo $! > {pidfile}; pwd; exit 3"]
     t0 = time.monotonic()
-    proc = run_process_group(cmd, dict(os.environ), timeout=60)
+    proc = run_process_group(cmd, dict(os.environ), timeout=60, cwd=tmp_path)
     assert proc.returncode == 3 and time.monotonic() - t0 < 15
+    assert proc.stdout.strip() == str(tmp_path)  # run in the folder asked for
     time.sleep(0.3)
     assert not _alive(int(pidfile.read_text()))
+
+
+def test_a_test_job_ends_with_its_test_even_when_the_test_fails(tmp_path: Path) -> None:
+    """``tests.helpers.job_group``, for tests that talk to a running job: when the test fails
+    mid-way, the job and what it started (a shell and its background sleep) end with it."""
+    pidfile = tmp_path / "child.pid"
+    cmd = ["bash", "-c", f"sleep 60 & echo $! > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; wait"]
+    with pytest.raises(RuntimeError, match="the test failed"), job_group(cmd) as proc:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists():  # renamed into place: the pid is whole when it appears
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert _alive(int(pidfile.read_text()))
+        raise RuntimeError("the test failed")
+    assert proc.returncode is not None and proc.returncode < 0  # ended by a signal
+    deadline = time.monotonic() + 10
+    while _alive(int(pidfile.read_text())):
+        assert time.monotonic() < deadline, "the background sleep outlived its job"
+        time.sleep(0.02)

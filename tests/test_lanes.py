@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from _pytest.mark.expression import Expression
 
-from tests.helpers import job_group
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -135,33 +133,3 @@ def test_background_jobs_run_at_idle_priority(
         {"bg": ([str(probe)], {}), "fg": ([str(probe)], {})}, background={"bg"}
     )
     assert codes == {"bg": 0, "fg": 1}
-
-
-def test_job_group_ends_what_a_failed_test_left_running(tmp_path: Path) -> None:
-    """A job started with ``job_group`` whose test fails mid-way leaves nothing running: its
-    launcher and the processes the launcher started (here a shell and its background sleep)
-    are killed together."""
-    import time
-
-    pid_file = tmp_path / "pid"
-    tmp = f"{pid_file}.tmp"  # written, then renamed: the pid is whole when the file appears
-    cmd = ["bash", "-c", f"sleep 300 & echo $! > {tmp}; mv {tmp} {pid_file}; wait"]
-
-    def running(pid: str) -> bool:  # alive and not a zombie waiting to be reaped
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
-
-    with pytest.raises(RuntimeError, match="the test failed"), job_group(cmd) as proc:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert running(pid_file.read_text().strip())
-        raise RuntimeError("the test failed")
-    assert proc.returncode == -9
-    deadline = time.monotonic() + 10
-    while running(pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, "the background sleep outlived its job"
-        time.sleep(0.02)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +13,8 @@ pytest.importorskip("torch")
 
 from octopipe_core.cli import main
 from octopipe_core.cluster import load_cluster, load_cluster_sample
+from octopipe_core.commands.run import run_process_group
 from octopipe_core.executor.links import fit_link, pick_pairs
-from tests.helpers import job_group
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--sizes-mib", "0.0001,1,2", "--iters", "3"]
@@ -69,11 +68,9 @@ def test_links_under_torchrun(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "octopipe_core", "profile", "--links", "--out", str(out), *FAST]  # fmt: skip
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    with job_group(cmd, cwd=ROOT, env=env, **pipes) as proc:
-        stdout, stderr = proc.communicate(timeout=150)
-    assert proc.returncode == 0, stderr[-2000:]
-    assert stdout.count("wrote ") == 1  # rank 0 only
+    proc = run_process_group(cmd, env, timeout=150, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("wrote ") == 1  # rank 0 only
     c = load_cluster(out)
     assert (c.nodes, c.gpus_per_node) == (1, 2) and c.intra_node.name.startswith("measured")
 

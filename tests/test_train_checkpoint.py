@@ -53,7 +53,9 @@ def test_resumed_run_has_the_losses_of_an_uninterrupted_one(
     a, b = tmp_path / "a", tmp_path / "b"
     for job in (a, b):
         assert main(["export", str(plan), "--out", str(job), *common]) == 0
+    (a / "CHECKPOINT").touch()  # checkpoint after the current step and go on
     assert main(["run", str(a)]) == 0
+    assert "step_000001" in capsys.readouterr().out and not (a / "CHECKPOINT").exists()
     whole = logged(a)
     assert [s for s, _ in whole] == [1, 2, 3, 4]
     assert sorted(p.name for p in (a / "checkpoints").iterdir()) == [

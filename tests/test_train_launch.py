@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from octopipe_core.cli import main
+from octopipe_core.commands.run import run_process_group
 from octopipe_core.executor.harness import free_port
 from octopipe_core.plan import save_plan
 from octopipe_core.profile import load_sample
@@ -88,10 +89,11 @@ def test_two_node_launch_from_a_moved_copy(tmp_path: Path) -> None:
          "--master-addr", "127.0.0.1", "--master-port", port, "--", "--backend", "gloo"]
         for k in (0, 1)
     ]  # fmt: skip
-    pipe = {"cwd": tmp_path, "env": env_for_jobs(), "stdout": subprocess.PIPE}
-    with (
-        job_group(nodes[0], stderr=subprocess.STDOUT, **pipe) as node0,
-        job_group(nodes[1], stderr=subprocess.STDOUT, **pipe) as node1,
+    out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    env = env_for_jobs()
+    with (  # both nodes at once, so not run_process_group
+        job_group(nodes[0], cwd=tmp_path, env=env, **out) as node0,
+        job_group(nodes[1], cwd=tmp_path, env=env, **out) as node1,
     ):
         outs = [p.communicate(timeout=240)[0] for p in (node0, node1)]
     assert [node0.returncode, node1.returncode] == [0, 0], outs
@@ -131,10 +133,8 @@ def test_slurm_script_runs_under_stand_in_srun(tmp_path: Path) -> None:
         MASTER_PORT=str(free_port()),
     )
     cmd = ["bash", str(job / "slurm.sbatch"), "--", "--steps", "1", "--backend", "gloo"]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    with job_group(cmd, cwd=tmp_path, env=env, **pipes) as proc:
-        out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    proc = run_process_group(cmd, env, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     res = json.loads((job / "out" / "result.json").read_text())
     assert len(res["losses"]) == 1 and res["layout"]["pp"] == 2 and res["layout"]["dp"] == 1
 

@@ -96,8 +96,9 @@ def launch(
     return run_process_group(cmd, worker_env(env), timeout)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """End the launcher and every worker it started (they share its new session)."""
+def end_process_group(proc: subprocess.Popen[Any]) -> None:
+    """End ``proc`` and every process it started in its new session (SIGTERM, then SIGKILL
+    to whatever is left); return once none is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -112,26 +113,28 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_process_group(
-    cmd: list[str], env: dict[str, str], timeout: float
+    cmd: list[str], env: dict[str, str], timeout: float, cwd: str | Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` in its own session with its output in files (not pipes, so a dead agent
-    whose workers live on cannot block the read). On a timeout, Ctrl-C, or once the agent has
-    exited, every process of the session is ended: nothing is left running."""
+    """Run ``cmd`` (in ``cwd``) in its own session with its output in files (not pipes, so a
+    dead agent whose workers live on cannot block the read). On a timeout, Ctrl-C, or once
+    the agent has exited, every process of the session is ended: nothing is left running."""
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
-        proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=out_f, stderr=err_f, start_new_session=True
+        )
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            end_process_group(proc)
             raise OctoPipeError(
                 f"run: the job did not finish within {timeout:.0f} s and was stopped (every "
                 "rank ended); fix: raise --timeout or check the worker logs"
             ) from None
         except KeyboardInterrupt:
-            _kill_group(proc)
+            end_process_group(proc)
             raise
         finally:
-            _kill_group(proc)
+            end_process_group(proc)
         out_f.seek(0)
         err_f.seek(0)
         stdout = out_f.read().decode("utf-8", "replace")
