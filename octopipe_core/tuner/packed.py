@@ -103,12 +103,14 @@ def _improve(
 
 
 Built = tuple[Partition, list[int], float] | None
-# (name, builder, offered only if its need is below every earlier layout's), in rank order
-SPREAD_BUILDERS: tuple[tuple[str, Callable[[FillModel, int], Built], bool], ...] = (
-    ("matched", matched_layout, False),
-    ("packed", packed_layout, False),
-    ("counted", counted_layout, False),
-    ("counted-wave", partial(counted_layout, wave=True), True),
+# (name, builder, offered only if its need is below every earlier layout's, offered only if
+# this earlier layout was), in rank order
+SPREAD_BUILDERS: tuple[tuple[str, Callable[[FillModel, int], Built], bool, str | None], ...] = (
+    ("matched", matched_layout, False, None),
+    ("packed", packed_layout, False, None),
+    ("counted", counted_layout, False, None),
+    ("counted-wave", partial(counted_layout, wave=True), True, None),
+    ("counted-rate", partial(counted_layout, wave=True, rate=True), False, "counted-wave"),
 )
 
 
@@ -118,10 +120,14 @@ def spread_layouts(model: FillModel, devices: int) -> list[tuple[str, Partition,
     ``counted`` (``counted.py``, any number) and ``counted-wave`` (the same with the forward
     wave's constraint, only where its need is below every other's: each layout offered costs
     the tuner a schedule, and where the needs tie, as on nemotron-h-8b at 8 devices and 16
-    or 32 micro-batches, offering it cost 0.6 % under an 8 s budget); those that fit the
-    model's memory budget, each layout once."""
+    or 32 micro-batches, offering it cost 0.6 % under an 8 s budget), and ``counted-rate``
+    (the wave's constraint with the forwards' delivery rate, wherever ``counted-wave`` is
+    offered: its need is a little higher, but where the rate binds its schedule can be
+    faster); those that fit the model's memory budget, each layout once."""
     out: list[tuple[str, Partition, list[int], float]] = []
-    for name, build, only_if_lower in SPREAD_BUILDERS:
+    for name, build, only_if_lower, after in SPREAD_BUILDERS:
+        if after is not None and not any(n == after for n, *_ in out):
+            continue
         got = build(model, devices)
         if got is None or any(got[:2] == (part, place) for _n, part, place, _t in out):
             continue
