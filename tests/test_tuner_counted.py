@@ -191,6 +191,7 @@ def test_the_rate_aware_wave_counts_only_the_forwards_that_reach_a_first_layer()
     # the rate-aware layout passes its test at its need; the wave-aware one does not
     wave = assert_spread_layout(fill, p, counted_layout(fill, p, wave=True))
     rate = assert_spread_layout(fill, p, counted_layout(fill, p, wave=True, rate=True))
+    assert counted_layout(fill, p, rate=True) == rate  # the rate implies the wave
     owners = [
         [d for (a, b), d in zip(part, place, strict=True) for _ in range(a, b)]
         for part, place, _need in (wave, rate)
