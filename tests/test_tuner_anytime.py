@@ -13,6 +13,7 @@ from octopipe_core.tuner import TuneProgress, tune
 from octopipe_core.tuner.anytime import StartGenerator
 from octopipe_core.tuner.crafted import heavy_head
 from octopipe_core.tuner.evaluate import Evaluator
+from octopipe_core.tuner.moves_placement import ranked_layouts
 
 
 def test_anytime_spends_the_budget_and_beats_stopping_at_convergence():
@@ -102,3 +103,32 @@ def test_cli_reports_why_it_stopped(capsys):
     assert rc == 0 and d["stop_reason"].startswith("climbs converged")
     assert d["search_time_s"] < 20
     assert "[tune] climbs converged" in cap.err
+
+
+@pytest.mark.parametrize(
+    ("name", "devices", "microbatches", "cap_gib"),
+    # a wide pipeline, where the peers alone outlast the budget; and a memory-bound one,
+    # whose first climb ranks the layouts (placement phase first, over the cap)
+    [("nemotron-h-56b", 32, 64, 80.0), ("nemotron-h-8b", 8, 32, 20.0)],
+)
+def test_no_layout_is_ranked_once_the_budget_is_spent(
+    monkeypatch: pytest.MonkeyPatch, name: str, devices: int, microbatches: int, cap_gib: float
+) -> None:
+    # ranking the layouts (a fill-aware partition per family, the spread layouts) took
+    # 1.4-2.8 s after a 0.5 s budget was spent: tune(nemotron-h-56b, 32, 64) returned
+    # after 3.4 s, its peers' 0.9 s plus a ranking it never used
+    late: list[str] = []
+    for meth in ("fill_partition", "spread_layouts"):
+        real = getattr(Evaluator, meth)
+
+        def spy(self, *a, _real=real, _m=meth, **k):  # type: ignore[no-untyped-def]
+            if self.out_of_time():
+                late.append(_m)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(Evaluator, meth, spy)
+    r = tune(load_sample(name), devices, microbatches, cap_gib, time_budget_s=0.05, seed=0)
+    assert r.stop_reason.startswith("budget spent") and not late
+    # the ranking itself stops at the deadline, where it is asked past it
+    ev = Evaluator(load_sample(name), devices, microbatches, cap_gib, deadline=0.0)
+    assert ranked_layouts(ev) == [] and not late

@@ -124,6 +124,8 @@ def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayo
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
     ranked = []
     for fam in (*FAMILIES, *(f"fold{r}" for r in folds)):
+        if ev.out_of_time():  # each layout costs a fill-aware partition: not past the budget
+            break
         place = family_placement(fam, p)
         if fam == current or len(place) > n:
             continue
@@ -137,6 +139,8 @@ def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayo
     # (jamba-v0.1, 8 devices, 64 micro-batches: 5,570.6 -> 5,585.5 ms with both, tuner_cells)
     skip = {"counted", "counted-wave", "counted-rate"} if reassign_applies(ev) else set()
     for mem in _memory(ev):  # wide pipelines: one early layer per device, the rest spread
+        if ev.out_of_time():
+            break
         for kind, part, place, need in ev.spread_layouts(mem):
             if kind in skip:
                 continue

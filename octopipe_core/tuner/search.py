@@ -142,7 +142,10 @@ def tune(
     # other placements (built once the first climb is done)
     best = state.climb(best, switch_families=True)
     others = list(peers[1:])
-    for prop in family_proposals(ev, None):
+    # ranking the layouts behind these proposals takes seconds on wide problems (every
+    # family's fill-aware partition, the spread layouts): not once the budget is spent
+    props = [] if ev.out_of_time() or state.stopped() else family_proposals(ev, None)
+    for prop in props:
         if ev.out_of_time() or state.stopped():
             break
         c = prop.build()
