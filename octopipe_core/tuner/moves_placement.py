@@ -118,7 +118,8 @@ class RankedLayout(NamedTuple):
 def ranked_layouts(ev: Evaluator, current: str | None = None) -> list[RankedLayout]:
     """Layout families that fit the model's layer count with their exact fill-aware
     partitions (fold depths 1, 2, 4, ... and the deepest), and the matched, packed and
-    counted layouts, best fill-model objective first."""
+    counted layouts, best fill-model objective first; those ranked before the evaluator's
+    deadline (each costs a fill-aware partition: past the budget the list is cut short)."""
     n, p = ev.profile.num_layers, ev.devices
     deepest = min(p - 1, n - p)
     folds = sorted({*(2**k for k in range(8) if 2**k <= deepest), max(deepest, 0)} - {0})
