@@ -185,7 +185,7 @@ def test_the_rate_aware_wave_counts_only_the_forwards_that_reach_a_first_layer()
     assert all(0.0 <= x <= y + 1e-12 for x, y in zip(flow, f[:p], strict=True))
     assert flow[0] == pytest.approx(f[0])  # the embedding: every micro-batch is there at 0
     assert min(x / y for x, y in zip(flow[8:], f[8:p], strict=True)) < 0.5
-    # with no deadline, every F is done; layer k's first micro-batch is there at P_k + k hop
+    # with no deadline every F is done, and at time 0 none is
     assert first_layer_flow(fill, p, 1e9) == pytest.approx(f[:p])
     assert first_layer_flow(fill, p, 0.0) == [0.0] * p
     # the rate-aware layout passes its test at its need; the wave-aware one does not

@@ -142,10 +142,11 @@ class _Programme:
         self.lo = m * sum(model.work_ms) / p  # no step time below the mean load fits
         # wave: later layers start after the forwards reach layer p, and so do the device's
         # B and W of its first layer; None: that constraint left out
-        self.wave = P[p] + p * h if wave or rate else None
+        wave_ms = P[p] + p * h  # when the forwards reach layer p
+        self.wave = wave_ms if wave or rate else None
         # the first layer's F done before the wave, per micro-batch: all of it, or (rate) what
         # the forwards deliver in time
-        before = first_layer_flow(model, p, P[p] + p * h) if rate else model.forward_ms[:p]
+        before = first_layer_flow(model, p, wave_ms) if rate else model.forward_ms[:p]
         self.own_bw = [model.work_ms[k] - before[k] for k in range(p)]
         self.start = [P[k] + k * h for k in range(p)]
         self.drain = [Q[k] + k * h for k in range(p)]
