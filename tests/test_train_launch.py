@@ -99,6 +99,7 @@ def test_two_node_launch_from_a_moved_copy(tmp_path: Path) -> None:
     assert [node0.returncode, node1.returncode] == [0, 0], outs
     res = json.loads((moved / "out" / "result.json").read_text())
     assert len(res["losses"]) == 2 and res["layout"]["dp"] == 2
+    assert res["peak_memory_gib"] == [None] * 4  # one per rank; the CUDA allocator's alone
     ranks = {e["pid"] for e in json.loads((moved / "out" / "trace_executed.json").read_text())[
         "traceEvents"] if e["ph"] == "X"}  # fmt: skip
     assert ranks == {0, 1, 2, 3}

@@ -169,3 +169,15 @@ def test_killed_rank_ends_a_dp_job_with_a_clear_error(
     err = capsys.readouterr().err
     assert "octopipe: error: run: the job failed" in err
     assert "rank 3 exited with code -9" in err and "SIGKILL" in err
+
+
+def test_merged_results_list_each_ranks_peak_memory_in_rank_order() -> None:
+    from octopipe_core.executor.train import merge_results
+
+    def part(rank: int, peak: float | None) -> dict[str, object]:
+        return {"rank": rank, "replica": 0, "losses": [1.0], "steps": [(0.0, 1.0)],
+                "records": [], "tail": [], "grads": {}, "peak_memory_gib": peak}  # fmt: skip
+
+    # gathered parts may come in any order; the list follows the ranks
+    res = merge_results([part(1, 3.5), part(0, 2.0), part(2, None)], warmup=0)
+    assert res["peak_memory_gib"] == [2.0, 3.5, None]

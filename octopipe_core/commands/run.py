@@ -156,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
     from octopipe_core.executor.mesh import config_layout
 
     nproc = config_layout(cfg).world
+    from octopipe_core.executor.runtime import pick_backend
+
+    backend = pick_backend(args.backend, nproc)  # NCCL without a GPU per rank: one line
     start = None if (args.no_resume or args.check) else resume_step(cfg, d)
     if start is not None:
         rt = cfg.get("runtime", {})
@@ -196,9 +199,12 @@ def run(args: argparse.Namespace) -> int:
         f"ran {nproc} ranks in {wall:.1f} s; loss {res['losses'][-1]:.12g}; "
         f"step_ms median {sorted(ms)[len(ms) // 2] if ms else 0.0:.3f} over {len(ms)} step(s)"
     )
+    peaks = [g for g in res.get("peak_memory_gib", []) if g is not None]
+    if peaks:
+        print(f"peak_memory_gib (CUDA allocator, largest rank) {max(peaks):.3f}")
     print(f"outputs: {out}/result.json, trace_executed.json, train_log.jsonl")
     if args.check:
-        return check(cfg, out, res, d)
+        return check(cfg, out, res, d, "cuda" if backend == "nccl" else "cpu")
     return 0
 
 
@@ -254,9 +260,11 @@ def summarize_failure(log: str) -> list[str]:
     ]
 
 
-def check(cfg: dict[str, Any], out: Path, res: dict[str, Any], job: Path) -> int:
+def check(
+    cfg: dict[str, Any], out: Path, res: dict[str, Any], job: Path, device: str = "cpu"
+) -> int:
     """Compare the first step's loss and reduced gradients with the single-process reference
-    on the union of every replica's batch."""
+    on the union of every replica's batch, computed on ``device`` (the job's device type)."""
     import torch
 
     from octopipe_core.executor.models import ModelSettings
@@ -266,7 +274,7 @@ def check(cfg: dict[str, Any], out: Path, res: dict[str, Any], job: Path) -> int
     fams = [lt.family for lt in Profile.from_dict(cfg["plan"]["profile"]).layer_costs()]
     grads = torch.load(out / "grads.pt", weights_only=True)
     ref_loss, loss_diff, diff, missing = check_against_reference(
-        cfg, fams, res["losses"][0], grads, job
+        cfg, fams, res["losses"][0], grads, job, torch.device(device)
     )
     dtype = ModelSettings.from_dict(cfg["model"]).dtype
     tol = {"float64": 1e-9, "float32": 1e-4}.get(dtype, 5e-2)

@@ -268,8 +268,9 @@ def _write(job: LinksJob, res: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def run_links_torchrun(job: LinksJob, backend: str = "auto") -> dict[str, Any] | None:
     """Under torchrun: init from the environment, measure, rank 0 writes ``job.out``."""
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    from octopipe_core.executor.runtime import pick_backend
+
+    backend = pick_backend(backend)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=120))

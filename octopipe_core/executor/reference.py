@@ -41,16 +41,23 @@ def reference_run(
     settings: ModelSettings,
     num_microbatches: int,
     batches: list[Batch] | None = None,
+    device: torch.device | None = None,
 ) -> tuple[float, dict[str, torch.Tensor]]:
-    """Loss and gradients keyed ``"{layer}.{param}"`` of one step on the union of
-    ``batches`` (one per DP replica; default: the gradient check's ``make_batch``)."""
+    """Loss and gradients (on the CPU) keyed ``"{layer}.{param}"`` of one step on the union of
+    ``batches`` (one per DP replica; default: the gradient check's ``make_batch``), computed on
+    ``device`` (default: the CPU)."""
     st = settings.resolved(families)
     layers = build_layers(families, st)
     if batches is None:
         batches = [make_batch(st, num_microbatches)]
+    if device is not None:
+        for layer in layers:
+            if layer is not None:
+                layer.to(device)
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
     total = _forward_backward(layers, st, batches, num_microbatches)
     grads = {
-        k: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().clone()
         for k, p in param_names(layers).items()
     }
     return total, grads
@@ -120,13 +127,17 @@ def check_against_reference(
     loss: float,
     grads: dict[str, torch.Tensor],
     job_dir: Any = None,
+    device: torch.device | None = None,
 ) -> tuple[float, float, float, list[str]]:
     """The first step of a run of ``cfg`` against the single-process reference on the same
-    batches: ``(reference loss, loss difference, max gradient difference, missing names)``."""
+    batches, computed on ``device`` (the job's device type: a model's own float32 parts, such
+    as rotary tables, differ between CPU and GPU kernels by more than the float64 tolerance):
+    ``(reference loss, loss difference, max gradient difference, missing names)``."""
     from octopipe_core.executor.data import config_batches
 
     st = ModelSettings.from_dict(cfg["model"])
     m = int(cfg["plan"]["num_microbatches"])
-    ref_loss, ref_grads = reference_run(families, st, m, config_batches(cfg, 0, job_dir))
+    batches = config_batches(cfg, 0, job_dir)
+    ref_loss, ref_grads = reference_run(families, st, m, batches, device)
     diff, missing = compare_grads(grads, ref_grads)
     return ref_loss, abs(loss - ref_loss), diff, missing

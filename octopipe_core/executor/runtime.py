@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from octopipe_core.dp_sync import last_weight_actions
+from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.checker import check_lowered
 from octopipe_core.executor.lowering import LoweredPlan, Op, lowered_from_strings
 from octopipe_core.executor.models import (
@@ -351,10 +352,26 @@ def _fault_point(rank: int) -> tuple[int, int, str] | None:
 
 
 # --------------------------------------------------------------------------------------------
-def pick_backend(backend: str) -> str:
-    if backend != "auto":
-        return backend
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def pick_backend(backend: str, local_ranks: int | None = None) -> str:
+    """The process-group backend for ``backend`` ("auto", "gloo" or "nccl") with
+    ``local_ranks`` ranks on this node (default: torchrun's ``LOCAL_WORLD_SIZE``). NCCL needs a
+    GPU of its own for every local rank (it refuses two ranks on one device): "auto" picks it
+    only then, and an explicit "nccl" without enough GPUs is a one-line error.
+
+    >>> pick_backend("gloo", 4)
+    'gloo'
+    """
+    if local_ranks is None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if 0 < local_ranks <= gpus else "gloo"
+    if backend == "nccl" and gpus < local_ranks:
+        raise OctoPipeError(
+            f"backend nccl: {local_ranks} rank(s) on this node but {gpus} GPU(s); NCCL needs "
+            "one GPU per rank; fix: use --backend gloo, or spread the ranks over more nodes"
+        )
+    return backend
 
 
 def init_distributed(backend: str, timeout_s: float) -> tuple[int, int, torch.device]:

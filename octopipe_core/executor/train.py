@@ -217,6 +217,10 @@ def execute(
         "records": [(r.step, r.op, r.start, r.end, r.wait) for res in results for r in res.records],
         "tail": tail,
         "grads": first_grads,
+        # what the caching allocator held at most (CUDA only; the simulator's peak is per device)
+        "peak_memory_gib": (
+            torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        ),
     }
     if "params" in record:
         mine["params"] = {k: p.detach().cpu().clone() for k, p in ex.params.items()}
@@ -228,6 +232,10 @@ def execute(
     out = merge_results(gathered, min(warmup, max(0, warmup - start)), layout.dp)
     out.update(start_step=start, stopped_at=stopped_at, layout=layout.to_dict())
     return out
+
+
+def _rank(part: dict[str, Any]) -> int:
+    return int(part["rank"])
 
 
 def merge_results(parts: list[dict[str, Any]], warmup: int, dp: int = 1) -> dict[str, Any]:
@@ -249,6 +257,7 @@ def merge_results(parts: list[dict[str, Any]], warmup: int, dp: int = 1) -> dict
         "records": [(p["rank"], *r) for p in parts for r in p["records"]],
         "tail": [(p["rank"], *r) for p in parts for r in p["tail"]],
         "grads": grads,
+        "peak_memory_gib": [p.get("peak_memory_gib") for p in sorted(parts, key=_rank)],
     }
     if "params" in parts[0]:
         reps: list[dict[str, torch.Tensor]] = [{} for _ in range(dp)]

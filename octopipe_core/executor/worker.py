@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     rt = cfg.setdefault("runtime", {})
     torch.set_num_threads(int(rt.get("threads", 1)))
     timeout = float(rt.get("timeout_s", 45))
-    rank, _, device = init_distributed(args.backend or rt.get("backend", "auto"), timeout)
+    try:
+        rank, _, device = init_distributed(args.backend or rt.get("backend", "auto"), timeout)
+    except OctoPipeError as e:
+        print(f"octopipe worker: error: {e}", file=sys.stderr, flush=True)
+        return 2
     pin = os.environ.get("OCTOPIPE_PIN", "")
     if pin:
         # Pins the calling (compute) thread only; the process group's I/O threads, created
