@@ -1,0 +1,150 @@
+"""Peak memory of a training job on the CPU: measured against the simulator's prediction.
+
+A Llama-shaped bfloat16 model (``bench_gpu:llama3_8b`` at a small hidden size, with the real
+model's proportions: seq = 2 x hidden, vocab = 31 x hidden) is profiled with
+``octopipe profile``; a one-device plan is simulated on that profile and exported; then one
+rank (gloo, world size 1) trains ``--steps`` steps in a child process while a dispatch mode
+reads glibc's bytes in use (``mallinfo2``: heap plus mmapped blocks) after every torch op. The
+measured peak is taken above the bytes in use before the job started; the report names the op
+and the call stack at the peak. Linux with glibc only.
+
+The GPU counterpart (the CUDA allocator's own peak) is in ``bench_gpu.py``.
+
+Run: ``python benchmarks/bench_memory.py [--hidden 512 --blocks 4 --schedule 1f1b]`` (about a
+minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+HOOK = "bench_gpu:llama3_8b"
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                  "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+def worker(config: str, steps: int) -> None:
+    """Child: run rank 0 of ``config`` in this process under the sampling dispatch mode and
+    print one JSON line (peak and baseline bytes, the op and stack at the peak)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+
+    def in_use() -> int:
+        m = libc.mallinfo2()
+        return int(m.uordblks + m.hblkhd)
+
+    peak: dict[str, Any] = {"bytes": 0, "op": "", "stack": []}
+
+    class Sample(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kw: Any = None) -> Any:
+            out = func(*args, **(kw or {}))
+            used = in_use()
+            if used > peak["bytes"]:
+                frames = traceback.extract_stack()[:-1]
+                peak.update(
+                    bytes=used,
+                    op=str(func),
+                    stack=[f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames
+                           if "octopipe_core" in f.filename][-6:],
+                )  # fmt: skip
+            return out
+
+    from octopipe_core.executor import worker as w
+
+    def report(code: int = 0) -> None:
+        print(json.dumps({"base": base, **peak}), flush=True)
+        os._exit(code)
+
+    w.leave_process_group = report  # type: ignore[assignment]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1")  # fmt: skip
+    torch.set_num_threads(1)
+    base = in_use()
+    with Sample():
+        w.main([config, "--steps", str(steps), "--backend", "gloo", "--no-resume"])
+
+
+def octopipe(*args: str) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
+    p = subprocess.run([sys.executable, "-m", "octopipe_core", *args], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    if p.returncode != 0:
+        raise SystemExit(f"octopipe {args[0]} failed:\n{p.stderr[-3000:]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--worker", metavar="CONFIG", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.steps)
+        return 0
+    from octopipe_core.plan import save_plan
+    from octopipe_core.profile import load_profile
+    from octopipe_core.schedules import build_plan
+    from octopipe_core.simulator import simulate
+
+    h = args.hidden
+    sizes = ["--hidden", str(h), "--seq", str(2 * h), "--vocab", str(31 * h),
+             "--microbatch-size", "1", "--dtype", "bfloat16"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        layers = f"embedding,block=transformer_block*{args.blocks},lm_head"
+        octopipe("profile", "--model", HOOK, "--layers", layers, *sizes, "--repeats", "2",
+                 "--warmup", "1", "--out", str(tmp / "prof.json"))  # fmt: skip
+        prof = load_profile(tmp / "prof.json")
+        plan = build_plan(prof, args.schedule, 1, args.microbatches)
+        sim = simulate(prof, plan)
+        save_plan(plan, tmp / "plan.json", prof)
+        octopipe("export", str(tmp / "plan.json"), "--out", str(tmp / "job"), "--model", HOOK,
+                 *sizes, "--steps", str(args.steps))  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]),
+                   MASTER_PORT=str(29400 + os.getpid() % 500))  # fmt: skip
+        cmd = [sys.executable, __file__, "--worker", str(tmp / "job" / "executor_config.json"),
+               "--steps", str(args.steps)]  # fmt: skip
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise SystemExit(f"worker failed:\n{p.stdout[-2000:]}{p.stderr[-3000:]}")
+        res = json.loads(lines[-1])
+    weights = sum(prof.type_map()[t].weight_mib for t in prof.layers) / 1024
+    meas = (res["bytes"] - res["base"]) / 2**30
+    pred = sim.peak_memory_gib[0]
+    print(f"model: Llama-shaped, hidden {h}, seq {2 * h}, vocab {31 * h}, {args.blocks} blocks, "
+          f"bfloat16; {args.schedule}, 1 device, {args.microbatches} micro-batches, "
+          f"{args.steps} steps")  # fmt: skip
+    print(f"simulated peak_memory_gib {pred:.3f} (weights, gradients and optimizer {weights:.3f})")
+    print(f"measured peak_memory_gib  {meas:.3f} (glibc bytes in use above the start)")
+    print(f"error (simulated / measured - 1): {pred / meas - 1:+.1%}")
+    print(f"at the peak: {res['op']}, in " + " <- ".join(reversed(res["stack"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
