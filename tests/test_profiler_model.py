@@ -41,13 +41,14 @@ def _check_rows(out: Path, layers: str, model: str) -> None:
         assert lt.forward_ms > 0 and lt.backward_input_ms > 0 and lt.backward_weight_ms > 0
         if lt.family != "embedding":
             assert lt.activation_mib > 0
-        # weights + gradients + AdamW's two moments, all float32: 4 x the parameters
+        # as the executor keeps them (float32): weights, gradients, the optimizer's master
+        # copy and AdamW's two moments: 5 x 4 bytes a parameter
         layer = build_layers(fams, st.resolved(fams), {i})[i]
         assert layer is not None
         n = sum(p.numel() for p in layer.parameters())
-        assert lt.weight_mib == pytest.approx(4 * 4 * n / MIB, rel=1e-4), lt.name
+        assert lt.weight_mib == pytest.approx(5 * 4 * n / MIB, rel=1e-4), lt.name
     assert tm[spec[-1][0]].output_mib == 0 and tm[spec[1][0]].output_mib > 0
-    assert "weight_mib = parameters + gradients + AdamW state" in prof.source
+    assert "weight_mib = parameters + gradients + master copy and AdamW state" in prof.source
 
 
 @pytest.mark.timeout(300)
@@ -76,6 +77,21 @@ def test_profile_measures_the_users_layers_not_the_stand_ins() -> None:
     # a Llama block (GQA attention + SwiGLU) has other weights than the stand-in block
     assert ours["layer_types"]["blk"]["weight_mib"] != stand["layer_types"]["blk"]["weight_mib"]
     assert "llama_tiny" in ours["source"] and "stand-in" in stand["source"]
+
+
+def test_bfloat16_weight_memory_is_what_the_mixed_precision_executor_keeps() -> None:
+    """bf16 weights and gradients, float32 flat gradients, master copy and AdamW moments: the
+    executor holds 2 + 4 + 4 + 8 = 18 bytes a parameter (the gradients counted at their larger
+    form), not the 8 of AdamW run on the bf16 weights themselves."""
+    layers = parse_layers("embedding,mlp,lm_head")
+    st = ModelSettings(hidden=32, seq=8, vocab=64, dtype="bfloat16")
+    prof = profile_layers(layers, st, repeats=1, warmup=0)
+    built = build_layers([f for _, f in layers], st.resolved([f for _, f in layers]))
+    for (name, _), layer in zip(layers, built, strict=True):
+        assert layer is not None
+        n = sum(p.numel() for p in layer.parameters())
+        got = prof["layer_types"][name]["weight_mib"]
+        assert got == pytest.approx(18 * n / MIB, rel=1e-3), name
 
 
 def test_profile_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,10 +6,11 @@ type (measured on its first layer): F (forward), B (input-gradient backward, wei
 deferred) and W (the deferred weight gradients) as medians over ``repeats`` after ``warmup``
 runs; memory from what autograd saves (``saved_tensors_hooks``; parameters, buffers and the
 input excluded): ``activation_mib`` = held by F for backward, ``w_stash_mib`` = kept by B for
-W, ``output_mib`` = the layer's output; ``weight_mib`` = parameters + their gradients after a
-backward + AdamW's state after a step, each measured. The last layer's F includes the loss
-(cross-entropy after an ``lm_head``, else mean square) and its output is not sent
-(``output_mib`` 0). CUDA times are taken between ``torch.cuda.synchronize`` calls.
+W, ``output_mib`` = the layer's output; ``weight_mib`` = parameters + gradients + the
+optimizer's master copy and AdamW state, measured on the executor's own buffers. The last
+layer's F includes the loss (cross-entropy after an ``lm_head``, else mean square) and its
+output is not sent (``output_mib`` 0). CUDA times are taken between ``torch.cuda.synchronize``
+calls.
 """
 
 from __future__ import annotations
@@ -95,19 +96,31 @@ def _storages(ts: Any) -> set[int]:
 
 
 def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
-    """Parameter, gradient and AdamW-state memory of ``layer`` (MiB), measured: the gradients
-    it holds after a backward, the optimizer's state after one step (``lr`` 0: no change)."""
-    params = [p for p in layer.parameters() if p.requires_grad]
+    """Parameter, gradient and optimizer memory of ``layer`` (MiB) as the training job holds
+    them, measured on the executor's own buffers (``executor/dp.py``, AdamW): the parameters;
+    the gradients, the larger of those a backward leaves on the parameters and the flat
+    master-dtype buffer they move into before the optimizer; and the flat master copy with
+    AdamW's two moments (float32 for bfloat16/float16 layers). A bfloat16 layer comes to
+    2 + 4 + 12 = 18 bytes per parameter, a float32 one to 4 + 4 + 12 = 20."""
+    from octopipe_core.executor.dp import DataParallel
+    from octopipe_core.executor.settings import OptimSettings
+
+    named = [(n, p) for n, p in layer.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     p_mib = _nbytes(params)
-    g_mib = _nbytes([p.grad for p in params if p.grad is not None])
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    opt = torch.optim.AdamW(params, lr=0.0)
-    opt.step()
-    state = [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
-    o_mib = _nbytes([t for t in state if t.dim() > 0])  # (the scalar step counters aside)
-    return p_mib, g_mib, o_mib
+    g_mib = _nbytes([p.grad for p in params if p.grad is not None])
+    if not named:
+        return p_mib, g_mib, 0.0
+    dpar = DataParallel({0: named}, 1, 0, None, False, OptimSettings())
+    dpar.launch(0)  # the gradients move into the flat buffer (and leave the parameters)
+    buf = dpar.buffers[0]
+    assert buf.grad is not None
+    state = [t for st in dpar.opt.state.values() for t in st.values() if torch.is_tensor(t)]
+    o_mib = _nbytes([buf.master, *(t for t in state if t.dim() > 0)])  # (step counters aside)
+    return p_mib, max(g_mib, _nbytes([buf.grad])), o_mib
 
 
 def measure_module(
@@ -268,7 +281,8 @@ def profile_layers(
             f"measured by octopipe profile ({what}; torch {torch.__version__}, {dname}, "
             f"{torch.get_num_threads()} threads): hidden {st.hidden}, seq {st.seq}, "
             f"micro-batch {st.microbatch_size}, {st.dtype}, median of {repeats}; weight_mib = "
-            "parameters + gradients + AdamW state, measured ("
+            "parameters + gradients + master copy and AdamW state as the executor keeps them, "
+            "measured ("
             + "; ".join(f"{t} {p:.3g}+{g:.3g}+{o:.3g} MiB" for t, (p, g, o) in memory.items())
             + ")"
         ),
