@@ -5,8 +5,8 @@ model's proportions: seq = 2 x hidden, vocab = 31 x hidden) is profiled with
 ``octopipe profile``; a one-device plan is simulated on that profile and exported; then one
 rank (gloo, world size 1) trains ``--steps`` steps in a child process while a dispatch mode
 reads glibc's bytes in use (``mallinfo2``: heap plus mmapped blocks) after every torch op. The
-measured peak is taken above the bytes in use before the job started; the report names the op
-and the call stack at the peak. Linux with glibc only.
+measured peak is taken above the bytes in use before the job started (the model's code already
+imported); the report names the op and the call stack at the peak. Linux with glibc only.
 
 The GPU counterpart (the CUDA allocator's own peak) is in ``bench_gpu.py``.
 
@@ -17,7 +17,6 @@ minute on 2 cores).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
@@ -33,26 +32,18 @@ sys.path.insert(0, str(ROOT))
 HOOK = "bench_gpu:llama3_8b"
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (n, ctypes.c_size_t)
-        for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                  "uordblks", "fordblks", "keepcost")
-    ]  # fmt: skip
-
-
 def worker(config: str, steps: int) -> None:
     """Child: run rank 0 of ``config`` in this process under the sampling dispatch mode and
     print one JSON line (peak and baseline bytes, the op and stack at the peak)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
+    from octopipe_core.executor.profiler import glibc_in_use
 
-    def in_use() -> int:
-        m = libc.mallinfo2()
-        return int(m.uordblks + m.hblkhd)
+    reader = glibc_in_use()
+    if reader is None:
+        raise SystemExit("bench_memory: needs glibc's mallinfo2 (Linux, glibc 2.33 or later)")
+    in_use = reader
 
     peak: dict[str, Any] = {"bytes": 0, "op": "", "stack": []}
 
@@ -80,6 +71,10 @@ def worker(config: str, steps: int) -> None:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                       MASTER_ADDR="127.0.0.1")  # fmt: skip
     torch.set_num_threads(1)
+    # the model's code is imported before the baseline: its Python objects are not the job's
+    import bench_gpu  # noqa: F401
+    from transformers.models.llama import modeling_llama  # noqa: F401
+
     base = in_use()
     with Sample():
         w.main([config, "--steps", str(steps), "--backend", "gloo", "--no-resume"])

@@ -36,10 +36,17 @@ class StageCosts:
     latency_ms: list[float]  # the rest: link latency, added on arrival (0 when nothing is sent)
     # per stage, what B allocates at its start to recompute the forward (empty: nothing)
     recompute_mib: list[float] = field(default_factory=list)
+    # per stage, the working memory its B (or BW) holds while it runs: the largest of its
+    # layers' ``workspace_mib`` (they run one at a time); empty: none
+    workspace_mib: list[float] = field(default_factory=list)
 
     def rec_mib(self, s: int) -> float:
         """What stage ``s``'s B allocates at its start (MiB; 0 without recomputation)."""
         return self.recompute_mib[s] if self.recompute_mib else 0.0
+
+    def ws_mib(self, s: int) -> float:
+        """Working memory stage ``s``'s B holds while it runs, freed at its end (MiB)."""
+        return self.workspace_mib[s] if self.workspace_mib else 0.0
 
     @property
     def num_stages(self) -> int:
@@ -65,9 +72,10 @@ def stage_costs(
     n = len(partition)
     f, b, w = [0.0] * n, [0.0] * n, [0.0] * n
     act, stash, wt, out, send = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    lat = [0.0] * n
+    lat, ws = [0.0] * n, [0.0] * n
     for s, (lo, hi) in enumerate(partition):
         for lt in layers[lo:hi]:
+            ws[s] = max(ws[s], lt.workspace_mib)
             f[s] += lt.forward_ms
             b[s] += lt.backward_input_ms
             w[s] += lt.backward_weight_ms
@@ -89,8 +97,9 @@ def stage_costs(
     r = _round
     wire = [max(0.0, x - y) for x, y in zip(send, lat, strict=True)]
     return StageCosts(
-        r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else []
-    )
+        r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else [],
+        r(ws) if any(ws) else [],
+    )  # fmt: skip
 
 
 def _round(xs: list[float]) -> list[float]:

@@ -50,8 +50,9 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
         for a in acts:
             s, k = a.stage, a.kind
             dur = {"F": c.f_ms[s], "B": c.b_ms[s], "W": c.w_ms[s]}.get(k, c.b_ms[s] + c.w_ms[s])
-            alloc = c.activation_mib[s] if k == "F" else c.rec_mib(s) if k != "W" else 0.0
-            free = 0.0 if k == "F" else memory_freed_mib(c, a)
+            ws = c.ws_mib(s) if k in ("B", "BW") else 0.0  # held while B runs
+            alloc = c.activation_mib[s] if k == "F" else c.rec_mib(s) + ws if k != "W" else 0.0
+            free = 0.0 if k == "F" else memory_freed_mib(c, a) + ws
             node = ("compute", a)
             g.add_node(
                 node, kind="compute", op=k, device=d, stage=s, mb=a.mb, duration_ms=dur,

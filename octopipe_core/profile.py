@@ -6,11 +6,14 @@ the model as an ordered list of layers. Memory semantics used by the simulator:
 
 * F allocates ``activation_mib``;
 * B frees all of it but ``w_stash_mib`` (what W still needs: the inputs of the linear layers);
-* W frees the rest; a fused BW frees everything at its end.
+* W frees the rest; a fused BW frees everything at its end;
+* while B (or BW) runs it also holds ``workspace_mib`` of working memory, freed when it ends
+  (the gradient of the loss over the vocabulary, a softmax backward): a transient peak.
 
-``w_stash_mib`` is optional. Its default, ``activation_mib * 32 / 34``, is the zero-bubble
-paper's ratio for a transformer layer with flash attention: F keeps ``34·s·b·h`` bytes and W
-still needs ``32·s·b·h`` of them after B.
+``w_stash_mib`` and ``workspace_mib`` are optional. ``workspace_mib`` defaults to 0 (the
+analytic profiles carry none; ``octopipe profile`` measures it). ``w_stash_mib`` defaults to
+``activation_mib * 32 / 34``, the zero-bubble paper's ratio for a transformer layer with flash
+attention: F keeps ``34·s·b·h`` bytes and W still needs ``32·s·b·h`` of them after B.
 
 Profiles are read from JSON or from a CSV with one row per layer (see ``load_profile``).
 Nothing read is ever executed: every field is type-checked and range-checked, and each
@@ -48,6 +51,7 @@ COST_FIELDS = (
     "weight_mib",
     "output_mib",
 )
+OPTIONAL_FIELDS = ("w_stash_mib", "workspace_mib")  # per layer type; the rest are required
 # Name fragments used to infer a layer family when a type does not state it (first match wins).
 _FAMILY_HINTS = (
     ("embed", "embedding"),
@@ -81,9 +85,12 @@ class LayerType:
     weight_mib: float
     output_mib: float
     w_stash_mib: float
+    workspace_mib: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("family", *COST_FIELDS, "w_stash_mib")}
+        if self.workspace_mib:
+            d["workspace_mib"] = self.workspace_mib
         return d
 
 
@@ -236,7 +243,7 @@ def _parse_layer_type(name: str, raw: Any, src: str) -> LayerType:
     base = f"layer_types.{name}"
     if not isinstance(raw, dict):
         raise input_error(src, base, "expected an object of costs", 'write {"forward_ms": ...}')
-    known = {"family", *COST_FIELDS, "w_stash_mib"}
+    known = {"family", *COST_FIELDS, *OPTIONAL_FIELDS}
     for key in raw:
         if key not in known:
             raise input_error(
@@ -259,6 +266,8 @@ def _parse_layer_type(name: str, raw: Any, src: str) -> LayerType:
                 src, f"{base}.w_stash_mib", f"{stash_v} exceeds activation_mib "
                 f"{vals['activation_mib']}", "W can only keep part of what F allocated",
             )  # fmt: skip
+    ws = raw.get("workspace_mib")
+    ws_v = 0.0 if ws is None else _number(ws, src, f"{base}.workspace_mib")
     family = raw.get("family")
     if family is None:
         family = infer_family(name)
@@ -271,7 +280,7 @@ def _parse_layer_type(name: str, raw: Any, src: str) -> LayerType:
         raise input_error(
             src, f"{base}.family", f"unknown family {family!r}", f"use one of {', '.join(FAMILIES)}"
         )
-    return LayerType(name=name, family=family, w_stash_mib=stash_v, **vals)
+    return LayerType(name=name, family=family, w_stash_mib=stash_v, workspace_mib=ws_v, **vals)
 
 
 def expand_pattern(pattern: str, symbols: dict[str, str], src: str = "<pattern>") -> list[str]:
@@ -386,7 +395,7 @@ _CSV_META = {
     "gpus": int,
     "source": str,
 }
-CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, "w_stash_mib")
+CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, *OPTIONAL_FIELDS)
 
 
 def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
@@ -432,10 +441,10 @@ def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
         if not tname:
             raise input_error(src, f"row {rowno}.type", "empty", "name the layer type")
         costs: dict[str, Any] = {}
-        for c in (*COST_FIELDS, "w_stash_mib"):
+        for c in (*COST_FIELDS, *OPTIONAL_FIELDS):
             cell = (row.get(c) or "").strip()
             if not cell:
-                if c == "w_stash_mib":
+                if c in OPTIONAL_FIELDS:
                     continue
                 raise input_error(src, f"row {rowno}.{c}", "empty", "write a number")
             try:
@@ -495,9 +504,12 @@ def profile_to_csv(profile: Profile) -> str:
     if profile.source and "\n" not in profile.source:
         out.write(f"# source: {profile.source}\n")
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for i, lt in enumerate(profile.layer_costs()):
-        w.writerow([i, lt.name, lt.family, *(getattr(lt, c) for c in CSV_COLUMNS[3:])])
+    layers = profile.layer_costs()
+    # the workspace column only where a layer has one (older readers know the others)
+    cols = CSV_COLUMNS if any(lt.workspace_mib for lt in layers) else CSV_COLUMNS[:-1]
+    w.writerow(cols)
+    for i, lt in enumerate(layers):
+        w.writerow([i, lt.name, lt.family, *(getattr(lt, c) for c in cols[3:])])
     return out.getvalue()
 
 

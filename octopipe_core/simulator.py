@@ -283,7 +283,8 @@ class SimResult:
 
     def memory_events(self, device: int) -> list[tuple[float, float]]:
         """``(time_ms, delta_mib)`` of ``device``'s activation memory, in time order: F
-        allocates at its start, B/W/BW free at their end (see ``memory_freed_mib``)."""
+        allocates at its start, B/W/BW free at their end (see ``memory_freed_mib``); a B or BW
+        also holds its stage's working memory while it runs."""
         c = self.costs
         lo, hi = self.device_op_ranges()[device]
         out: list[tuple[float, float]] = []
@@ -291,10 +292,12 @@ class SimResult:
             if a.kind == "F":
                 out.append((self.start_ms[i], c.activation_mib[a.stage]))
                 continue
-            rec = c.rec_mib(a.stage) if a.kind in ("B", "BW") else 0.0
-            if rec:  # the recomputed forward's activations, allocated when B starts
-                out.append((self.start_ms[i], rec))
-            out.append((self.end_ms[i], -memory_freed_mib(c, a)))
+            # the recomputed forward's activations and the working memory, while B runs
+            back = a.kind in ("B", "BW")
+            rec, ws = (c.rec_mib(a.stage), c.ws_mib(a.stage)) if back else (0.0, 0.0)
+            if rec or ws:
+                out.append((self.start_ms[i], rec + ws))
+            out.append((self.end_ms[i], -memory_freed_mib(c, a) - ws))
         return out
 
     def memory_curves(self) -> Any:
@@ -477,6 +480,7 @@ def _simulate(
         )
     peaks = []
     rec = costs.recompute_mib or [0.0] * S  # what a recomputing B allocates at its start
+    ws = costs.workspace_mib or [0.0] * S  # what B holds while it runs, freed at its end
     for d in range(D):
         level = peak = 0.0
         for i in range(base[d], base[d] + lens[d]):
@@ -488,10 +492,10 @@ def _simulate(
             elif k == "W":
                 level -= stash[s]
             else:
-                if rec[s]:
+                if rec[s] or ws[s]:
                     level += rec[s]
-                    if level > peak:
-                        peak = level
+                    if level + ws[s] > peak:
+                        peak = level + ws[s]
                 level -= act[s] + rec[s] - stash[s] if k == "B" else act[s] + rec[s]
         peaks.append((static[d] + peak) / 1024.0)
     return SimResult(

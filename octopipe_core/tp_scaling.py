@@ -74,6 +74,7 @@ def scale_tp(profile: Profile, tp: int, cluster: Cluster) -> Profile:
                 weight_mib=t.weight_mib * k,
                 output_mib=t.output_mib * k,
                 w_stash_mib=t.w_stash_mib * k,
+                workspace_mib=t.workspace_mib * k,
             )
         )
     return replace(

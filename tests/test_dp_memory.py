@@ -42,13 +42,17 @@ class NewStorages(TorchDispatchMode):
 
 
 def test_the_float64_norm_needs_one_chunk_of_temporary(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dp, "_CHUNK", 1000)
+    monkeypatch.setattr(dp, "_CHUNK_MIN", 100)
+    monkeypatch.setattr(dp, "_CHUNK_MAX", 1000)
     g = torch.randn(10_500, dtype=torch.float32)
     with NewStorages() as rec:
         got = square_sum(g)
     assert got == pytest.approx(float((g.double() ** 2).sum()), rel=1e-12)
     wide = [n for n, dt in rec.seen.values() if dt == torch.float64]
     assert wide and max(wide) <= 8 * 1000  # never a float64 copy of the whole buffer
+    with NewStorages() as rec:
+        square_sum(g[:6400])  # 1/64 of a small buffer, down to the smallest chunk
+    assert max(n for n, dt in rec.seen.values() if dt == torch.float64) <= 8 * 100
 
 
 def test_moving_gradients_into_the_flat_buffer_copies_nothing_else() -> None:

@@ -16,7 +16,7 @@ import pandas as pd
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Action, Plan, format_schedule, parse_actions, plan_from_dict
 from octopipe_core.plan import validate_plan as _validate_plan
-from octopipe_core.profile import COST_FIELDS, FAMILIES, Profile
+from octopipe_core.profile import COST_FIELDS, FAMILIES, OPTIONAL_FIELDS, Profile
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult, simulate
 
@@ -224,7 +224,7 @@ def layers_frame(profile: Profile) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-TYPE_COLUMNS = ("family", *COST_FIELDS, "w_stash_mib")
+TYPE_COLUMNS = ("family", *COST_FIELDS, *OPTIONAL_FIELDS)
 
 
 def layer_types_frame(profile: Profile) -> pd.DataFrame:
@@ -232,7 +232,7 @@ def layer_types_frame(profile: Profile) -> pd.DataFrame:
     counts = pd.Series(profile.layers).value_counts()
     rows = []
     for t in profile.layer_types:
-        d = t.to_dict()
+        d = {c: getattr(t, c) for c in TYPE_COLUMNS}  # every column, workspace 0 included
         rows.append({"type": t.name, "count": int(counts.get(t.name, 0)), **d})
     return pd.DataFrame(rows, columns=["type", "count", *TYPE_COLUMNS])
 

@@ -81,6 +81,7 @@ edited = st.data_editor(
         "weight_mib": st.column_config.NumberColumn("weights (MiB)", min_value=0.0),
         "output_mib": st.column_config.NumberColumn("stage output (MiB)", min_value=0.0),
         "w_stash_mib": st.column_config.NumberColumn("kept for W (MiB)", min_value=0.0),
+        "workspace_mib": st.column_config.NumberColumn("B workspace (MiB)", min_value=0.0),
     },
 )
 if not edited.equals(types):

@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  {t.name:<18} F {t.forward_ms:8.3f} ms  B {t.backward_input_ms:8.3f} ms  "
             f"W {t.backward_weight_ms:8.3f} ms  act {t.activation_mib:8.3f} MiB  "
+            f"B workspace {t.workspace_mib:8.3f} MiB  "
             f"weights+grads+optimizer {t.weight_mib:8.3f} MiB"
         )
     return 0

@@ -34,18 +34,22 @@ _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-_CHUNK = 1 << 22  # elements: a 32 MiB float64 temporary
+# elements per chunk of the float64 gradient norm: 1/64 of the buffer, kept between 64 Ki
+# (few kernel launches on small buffers) and 4 Mi (a 32 MiB float64 temporary)
+_CHUNK_MIN, _CHUNK_MAX = 1 << 16, 1 << 22
 
 
 def square_sum(t: torch.Tensor) -> float:
     """Sum of squares of ``t`` accumulated in float64, a chunk at a time: a float64 copy of a
-    whole gradient buffer would take 16 bytes a parameter (29 GiB for 1.9 billion parameters).
+    whole gradient buffer would take 16 bytes a parameter (29 GiB for 1.9 billion parameters),
+    the chunks take at most 1/64 of that or 64 MiB.
 
     >>> square_sum(torch.tensor([3.0, 4.0]))
     25.0
     """
     acc = torch.zeros((), dtype=torch.float64, device=t.device)
-    for c in t.reshape(-1).split(_CHUNK):
+    chunk = min(_CHUNK_MAX, max(_CHUNK_MIN, t.numel() // 64))
+    for c in t.reshape(-1).split(chunk):
         acc += c.double().square().sum()
     return float(acc)
 

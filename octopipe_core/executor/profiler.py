@@ -1,16 +1,17 @@
 """Measure per-layer costs with torch and write an ``octopipe.profile/v1``: the user's own
 layers (a model hook, ``executor/hooks.py``) or the stand-in layers.
 
-Layers are built one at a time and each is fed the previous layer's real output. Per layer
-type (measured on its first layer): F (forward), B (input-gradient backward, weight gradients
+Layers are built one at a time and each is fed the previous layer's real output. Per layer type
+(measured on its first layer): F (forward), B (input-gradient backward, weight gradients
 deferred) and W (the deferred weight gradients) as medians over ``repeats`` after ``warmup``
 runs; memory from what autograd saves (``saved_tensors_hooks``; parameters, buffers and the
 input excluded): ``activation_mib`` = held by F for backward, ``w_stash_mib`` = kept by B for
-W, ``output_mib`` = the layer's output; ``weight_mib`` = parameters + gradients + the
-optimizer's master copy and AdamW state, measured on the executor's own buffers. The last
-layer's F includes the loss (cross-entropy after an ``lm_head``, else mean square) and its
-output is not sent (``output_mib`` 0). CUDA times are taken between ``torch.cuda.synchronize``
-calls.
+W, ``output_mib`` = the layer's output, ``workspace_mib`` = the peak above the start while B
+runs (untimed pass; CUDA allocator, or glibc's bytes in use on the CPU); ``weight_mib`` =
+parameters + gradients + the optimizer's master copy and AdamW state, measured on the
+executor's own buffers. The last layer's F includes the loss (cross-entropy after an
+``lm_head``, else mean square) and its output is not sent (``output_mib`` 0). CUDA times are
+taken between ``torch.cuda.synchronize`` calls.
 """
 
 from __future__ import annotations
@@ -123,6 +124,75 @@ def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
     return p_mib, max(g_mib, _nbytes([buf.grad])), o_mib
 
 
+def backward_workspace_mib(
+    fwd: Callable[[torch.Tensor], torch.Tensor], x_in: torch.Tensor, device: torch.device
+) -> float:
+    """Working memory of one B (input-gradient backward, weight gradients deferred) of
+    ``fwd`` on ``x_in``: its peak above the memory in use when it starts (MiB), untimed. On a
+    GPU the CUDA allocator's peak; on the CPU glibc's bytes in use read after every torch op
+    (``mallinfo2``); 0 where neither can be read."""
+    x = x_in.detach().clone()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    out = fwd(x)
+    g = None if out.dim() == 0 else torch.randn_like(out)
+    store: list[Any] = []
+
+    def run() -> None:
+        with defer_weight_grads(store):
+            torch.autograd.backward(out, g)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        torch.cuda.synchronize(device)
+        return max(0, torch.cuda.max_memory_allocated(device) - before) / MIB
+    reader = glibc_in_use()
+    if reader is None:
+        return 0.0
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    in_use: Callable[[], int] = reader
+    start = in_use()
+    peak = [start]
+
+    class Sample(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kw: Any = None) -> Any:
+            res = func(*args, **(kw or {}))
+            peak[0] = max(peak[0], in_use())
+            return res
+
+    with Sample():
+        run()
+    return max(0, peak[0] - start) / MIB
+
+
+def glibc_in_use() -> Callable[[], int] | None:
+    """A reader of glibc's bytes in use (heap chunks plus mmapped blocks), or None."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (n, ctypes.c_size_t)
+            for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                      "uordblks", "fordblks", "keepcost")
+        ]  # fmt: skip
+
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        return None
+    fn.restype = MallInfo2
+
+    def read() -> int:
+        m = fn()
+        return int(m.uordblks + m.hblkhd)
+
+    return read
+
+
 def measure_module(
     layer: nn.Module,
     family: str,
@@ -186,6 +256,8 @@ def measure_module(
             acts.append(_nbytes(saved))
             stashes.append(stash_mib)
             out_mib = 0.0 if target is not None else out.numel() * out.element_size() / MIB
+    work_mib = backward_workspace_mib(fwd, x_in, device)
+    layer.zero_grad(set_to_none=True)
     med = statistics.median
     act = med(acts)
     return {
@@ -197,6 +269,7 @@ def measure_module(
         "weight_mib": round(p_mib + g_mib + o_mib, 6),
         "output_mib": round(out_mib, 6),
         "w_stash_mib": round(min(med(stashes), act), 6),
+        "workspace_mib": round(work_mib, 6),
         "_memory_mib": (p_mib, g_mib, o_mib),
     }
 
@@ -284,6 +357,8 @@ def profile_layers(
             "parameters + gradients + master copy and AdamW state as the executor keeps them, "
             "measured ("
             + "; ".join(f"{t} {p:.3g}+{g:.3g}+{o:.3g} MiB" for t, (p, g, o) in memory.items())
+            + "); workspace_mib = peak above the start while B runs ("
+            + ("CUDA allocator" if dev.type == "cuda" else "glibc bytes in use")
             + ")"
         ),
     }

@@ -154,8 +154,13 @@ class Evaluator:
         return out
 
     def budgets_mib(self, costs: StageCosts, placement: list[int]) -> list[float]:
-        """Activation memory each device may hold: its cap minus its weights."""
-        return [self.cap_gib * 1024.0 - x for x in self.static_mib(costs, placement)]
+        """Activation memory each device may hold: its cap minus its weights and the largest
+        working memory of its backwards."""
+        ws = [0.0] * self.devices
+        for s, d in enumerate(placement):
+            ws[d] = max(ws[d], costs.ws_mib(s))
+        static = self.static_mib(costs, placement)
+        return [self.cap_gib * 1024.0 - x - w for x, w in zip(static, ws, strict=True)]
 
     def finish_fn(self, placement: list[int]) -> DeviceFn:
         """Per-device finish estimate (first arrival + micro-batches x load) for a placement."""
