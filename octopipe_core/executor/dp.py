@@ -1,7 +1,13 @@
 """Data parallelism and the optimizer step of one rank: flat buffers per stage.
 
 Each local stage owns one flat buffer of its parameters' gradients (in the master dtype:
-float32 for bf16/fp16 models, else the model's), padded to a multiple of the DP degree.
+float32 for bf16/fp16 models, else the model's), padded to a multiple of the DP degree. It
+lives for the whole job and the gradients accumulate into it as the backward produces them
+(each parameter's ``main_grad`` is a view of it, as in Megatron-LM): a deferred weight gradient
+is added there directly, and one autograd accumulates on ``.grad`` moves there at once (a
+post-accumulate hook). So a bf16 model holds 2 + 4 + 4 + 8 = 18 bytes a parameter throughout
+(weights, float32 gradients, master weights, AdamW moments), never a second full copy of
+its gradients.
 
 * ``launch(stage)`` (called by the runtime right after the plan's last W of that stage)
   flattens the gradients and starts the reduction over the stage's DP group asynchronously:
@@ -54,6 +60,13 @@ def square_sum(t: torch.Tensor) -> float:
     return float(acc)
 
 
+def _to_main_grad(p: torch.Tensor) -> None:
+    """Move ``p.grad`` into ``p.main_grad`` (the flat buffer) and free it."""
+    if p.grad is not None:
+        p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+        p.grad = None
+
+
 @dataclass
 class StageBuffer:
     """Flat buffers of one local stage."""
@@ -64,6 +77,7 @@ class StageBuffer:
     numel: int
     shard: int  # elements per replica (padded numel / dp)
     master: torch.Tensor  # full flat copy, or this replica's shard under ZeRO-1
+    flat: torch.Tensor | None = None  # the gradients, accumulated (the params' main_grad)
     grad: torch.Tensor | None = None  # reduced (full, or shard), set by launch/wait
     work: Any = None
     launched_at: float = 0.0
@@ -88,6 +102,7 @@ class DataParallel:
         self.timeout = timedelta(seconds=timeout_s)
         self.buffers: dict[int, StageBuffer] = {}
         self.tail: list[tuple[str, float, float]] = []  # (name, start_s, end_s) of this step
+        self._hooks: list[Any] = []
         for s, named in sorted(stage_params.items()):
             if not named:
                 continue
@@ -99,7 +114,14 @@ class DataParallel:
             full = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
             torch.cat([p.detach().reshape(-1).to(mdt) for p in params], out=full[:numel])
             master = full[dp_rank * shard : (dp_rank + 1) * shard].clone() if self.zero1 else full
-            self.buffers[s] = StageBuffer(s, [n for n, _ in named], params, numel, shard, master)
+            b = StageBuffer(s, [n for n, _ in named], params, numel, shard, master)
+            b.flat = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
+            off = 0
+            for p in params:
+                p.main_grad = b.flat[off : off + p.numel()].view_as(p)  # type: ignore[attr-defined]
+                self._hooks.append(p.register_post_accumulate_grad_hook(_to_main_grad))
+                off += p.numel()
+            self.buffers[s] = b
         masters = [b.master for b in self.buffers.values()]
         self.opt: torch.optim.Optimizer
         if settings.optimizer == "sgd":
@@ -129,13 +151,11 @@ class DataParallel:
         if b is None or b.work is not None or b.grad is not None:
             return
         b.launched_at = time.perf_counter()
-        flat = torch.zeros(b.shard * self.dp, dtype=b.master.dtype, device=b.master.device)
-        off = 0
-        for p in b.params:  # each gradient moves into the flat buffer and is freed at once
+        flat = b.flat
+        assert flat is not None
+        for p in b.params:  # gradients set on .grad outside autograd's accumulation, if any
             if p.grad is not None:
-                flat[off : off + p.numel()].copy_(p.grad.reshape(-1))
-                p.grad = None
-            off += p.numel()
+                _to_main_grad(p)
         if self.dp == 1:
             b.grad = flat
         elif self.zero1:
@@ -209,7 +229,19 @@ class DataParallel:
                     off += p.numel()
             b.master.grad = None
             b.grad = None
+            assert b.flat is not None
+            b.flat.zero_()  # the next step accumulates from zero
         self.tail.append(("OPT", t0, time.perf_counter()))
+
+    def release(self) -> None:
+        """Detach the parameters from the flat buffers (hooks and ``main_grad`` views)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        for b in self.buffers.values():
+            for p in b.params:
+                if hasattr(p, "main_grad"):
+                    del p.main_grad
 
     def _gather(self, b: StageBuffer, shard: torch.Tensor) -> torch.Tensor:
         full = torch.empty(b.shard * self.dp, dtype=shard.dtype, device=shard.device)

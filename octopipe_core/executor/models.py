@@ -41,6 +41,12 @@ def defer_weight_grads(store: list[tuple[Any, ...]]) -> Iterator[None]:
 
 
 def _acc(p: torch.Tensor, g: torch.Tensor) -> None:
+    """Accumulate the weight gradient ``g`` of ``p``: into its flat-buffer view ``main_grad``
+    when the training job gave it one (``executor/dp.py``), else on ``p.grad``."""
+    main = getattr(p, "main_grad", None)
+    if main is not None:
+        main.add_(g)
+        return
     if p.grad is None:
         p.grad = g.detach().clone()
     else:

@@ -98,30 +98,27 @@ def _storages(ts: Any) -> set[int]:
 
 def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
     """Parameter, gradient and optimizer memory of ``layer`` (MiB) as the training job holds
-    them, measured on the executor's own buffers (``executor/dp.py``, AdamW): the parameters;
-    the gradients, the larger of those a backward leaves on the parameters and the flat
-    master-dtype buffer they move into before the optimizer; and the flat master copy with
+    them, measured on the executor's own buffers (``executor/dp.py``, AdamW): the parameters,
+    the flat master-dtype gradient buffer they accumulate into, and the flat master copy with
     AdamW's two moments (float32 for bfloat16/float16 layers). A bfloat16 layer comes to
     2 + 4 + 12 = 18 bytes per parameter, a float32 one to 4 + 4 + 12 = 20."""
     from octopipe_core.executor.dp import DataParallel
     from octopipe_core.executor.settings import OptimSettings
 
     named = [(n, p) for n, p in layer.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    p_mib = _nbytes(params)
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    g_mib = _nbytes([p.grad for p in params if p.grad is not None])
+    p_mib = _nbytes([p for _, p in named])
     if not named:
-        return p_mib, g_mib, 0.0
+        return p_mib, 0.0, 0.0
     dpar = DataParallel({0: named}, 1, 0, None, False, OptimSettings())
-    dpar.launch(0)  # the gradients move into the flat buffer (and leave the parameters)
-    buf = dpar.buffers[0]
-    assert buf.grad is not None
-    state = [t for st in dpar.opt.state.values() for t in st.values() if torch.is_tensor(t)]
-    o_mib = _nbytes([buf.master, *(t for t in state if t.dim() > 0)])  # (step counters aside)
-    return p_mib, max(g_mib, _nbytes([buf.grad])), o_mib
+    try:
+        dpar.launch(0)  # gradients left on the parameters move into the flat buffer
+        buf = dpar.buffers[0]
+        assert buf.grad is not None
+        state = [t for st in dpar.opt.state.values() for t in st.values() if torch.is_tensor(t)]
+        o_mib = _nbytes([buf.master, *(t for t in state if t.dim() > 0)])  # (step counters aside)
+        return p_mib, _nbytes([buf.grad]), o_mib
+    finally:
+        dpar.release()
 
 
 def backward_workspace_mib(
