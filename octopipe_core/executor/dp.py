@@ -10,13 +10,14 @@ post-accumulate hook). So a bf16 model holds 2 + 4 + 4 + 8 = 18 bytes a paramete
 its gradients.
 
 * ``launch(stage)`` (called by the runtime right after the plan's last W of that stage)
-  flattens the gradients and starts the reduction over the stage's DP group asynchronously:
+  starts the reduction of the stage's flat buffer over its DP group asynchronously:
   an all-reduce, or under ZeRO-1 a reduce-scatter that leaves each replica its shard;
 * ``wait()`` (before the optimizer) waits for every reduction and divides by DP (gradients are
   averaged: the losses are means over each replica's micro-batches);
 * ``step(lr, clip_coef)``: the optimizer updates the flat master copy (the whole buffer, or
   under ZeRO-1 this replica's shard with its shard of the optimizer state), then writes the
-  parameters back (ZeRO-1: after an all-gather of the updated shards).
+  parameters back (ZeRO-1: after an all-gather of the updated shards) and zeroes the flat
+  gradient buffer for the next step.
 
 The gradient norm for clipping: every rank's sum of squares, summed over the job (one small
 all-reduce with the loss) and divided by the replicas that hold each element (DP without
@@ -77,7 +78,7 @@ class StageBuffer:
     numel: int
     shard: int  # elements per replica (padded numel / dp)
     master: torch.Tensor  # full flat copy, or this replica's shard under ZeRO-1
-    flat: torch.Tensor | None = None  # the gradients, accumulated (the params' main_grad)
+    flat: torch.Tensor  # the gradients, accumulated (the params' main_grad views)
     grad: torch.Tensor | None = None  # reduced (full, or shard), set by launch/wait
     work: Any = None
     launched_at: float = 0.0
@@ -112,16 +113,16 @@ class DataParallel:
             numel = sum(p.numel() for p in params)
             shard = -(-numel // dp)
             full = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
-            torch.cat([p.detach().reshape(-1).to(mdt) for p in params], out=full[:numel])
-            master = full[dp_rank * shard : (dp_rank + 1) * shard].clone() if self.zero1 else full
-            b = StageBuffer(s, [n for n, _ in named], params, numel, shard, master)
-            b.flat = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
+            flat = torch.zeros(shard * dp, dtype=mdt, device=params[0].device)
             off = 0
-            for p in params:
-                p.main_grad = b.flat[off : off + p.numel()].view_as(p)  # type: ignore[attr-defined]
+            for p in params:  # one parameter at a time: no float32 copy of them all
+                full[off : off + p.numel()].copy_(p.detach().reshape(-1))
+                p.main_grad = flat[off : off + p.numel()].view_as(p)  # type: ignore[attr-defined]
                 self._hooks.append(p.register_post_accumulate_grad_hook(_to_main_grad))
                 off += p.numel()
-            self.buffers[s] = b
+            master = full[dp_rank * shard : (dp_rank + 1) * shard].clone() if self.zero1 else full
+            names = [n for n, _ in named]
+            self.buffers[s] = StageBuffer(s, names, params, numel, shard, master, flat)
         masters = [b.master for b in self.buffers.values()]
         self.opt: torch.optim.Optimizer
         if settings.optimizer == "sgd":
@@ -152,7 +153,6 @@ class DataParallel:
             return
         b.launched_at = time.perf_counter()
         flat = b.flat
-        assert flat is not None
         for p in b.params:  # gradients set on .grad outside autograd's accumulation, if any
             if p.grad is not None:
                 _to_main_grad(p)
@@ -229,7 +229,6 @@ class DataParallel:
                     off += p.numel()
             b.master.grad = None
             b.grad = None
-            assert b.flat is not None
             b.flat.zero_()  # the next step accumulates from zero
         self.tail.append(("OPT", t0, time.perf_counter()))
 
