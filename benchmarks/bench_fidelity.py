@@ -217,7 +217,7 @@ def replay_profile(
             "tokens_per_microbatch": base.tokens_per_microbatch,
             "device": {
                 "name": "replay",
-                "memory_gib": 1e6,
+                "memory_gib": 1e5,  # the largest a profile accepts: no cap
                 "p2p_gbps": 1e6,
                 "p2p_latency_us": lat_us,
             },

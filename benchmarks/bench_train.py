@@ -142,7 +142,7 @@ def replay(
     prof = replay_profile(plan, base_profile(), dur, lat_us).to_dict()
     for i, name in enumerate(prof["layers"]):
         prof["layer_types"][name]["weight_mib"] = grad_mib[i] / GRAD_FRACTION
-    prof["device"]["memory_gib"] = 1e6
+    prof["device"]["memory_gib"] = 1e5  # the largest a profile accepts: no cap
     p = Profile.from_dict(prof)
     sim_pp = simulate(p, plan)
     if allreduce is None:
