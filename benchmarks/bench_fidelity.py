@@ -205,7 +205,7 @@ def replay_profile(
                 "family": base.layer(i).family,
                 "forward_ms": f / n,
                 "backward_input_ms": b / n,
-                "backward_weight_ms": max(w / n, 1e-9),
+                "backward_weight_ms": w / n if w / n >= 1e-6 else 0.0,  # profile resolution
                 "activation_mib": 0.0,
                 "weight_mib": 0.0,
                 "output_mib": 1e-9,
