@@ -132,6 +132,23 @@ def test_profile_upload_good_csv_and_edit_costs() -> None:
     assert len(at.error) == 1 and "w_stash_mib" in at.error[0].value
 
 
+def test_an_edit_keeps_the_backward_workspace_of_an_uploaded_profile() -> None:
+    d = load_sample("tiny-hybrid").to_dict()
+    name = d["layers"][-1]
+    d["layer_types"][name]["workspace_mib"] = 640.0  # measured by octopipe profile
+    at = start("profile")
+    uploader(at).set_value(("measured.json", json.dumps(d).encode(), "application/json")).run()
+    ok(at)
+    assert not at.error and at.session_state["profile"].type_map()[name].workspace_mib == 640.0
+    ver = at.session_state["profile_version"]
+    edit_rows(at, f"types_{ver}", {0: {"forward_ms": 1.5}})
+    at.run()
+    ok(at)
+    prof = at.session_state["profile"]
+    assert at.session_state["profile_origin"] == "edited"
+    assert prof.layer_types[0].forward_ms == 1.5 and prof.type_map()[name].workspace_mib == 640.0
+
+
 def test_plan_page_simulates_1f1b_and_switches_schedule() -> None:
     at = start("plan")
     assert at.subheader[0].value.startswith("1f1b/uniform")
