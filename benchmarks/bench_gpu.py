@@ -129,7 +129,7 @@ def ceilings(dev: torch.device, small: bool) -> list[str]:
     return [
         f"* device: {name}; torch {torch.__version__}"
         + (f", CUDA {torch.version.cuda}" if dev.type == "cuda" else ""),
-        f"* bf16 {n}^3 matrix product: {2 * n**3 / ms / 1e9:,.0f} TFLOP/s ({ms:.3f} ms)",
+        f"* bf16 {n}^3 matrix product: {2 * n**3 / ms / 1e9:,.1f} TFLOP/s ({ms:.3f} ms)",
         f"* device copy of {src.numel() * 4 / 2**30:.2f} GiB: {gb / cms * 1e3:,.0f} GB/s "
         "(read + written)",
     ]
@@ -155,8 +155,9 @@ def profile_section(args: argparse.Namespace, tmp: Path) -> tuple[list[str], Pat
         "ratio = measured / analytic.",
         "",
         "| layer type | F ms meas / analytic | B ms meas / analytic | W ms meas / analytic "
-        "| F+B+W ratio | activation MiB meas / analytic | parameters M meas / analytic |",
-        "|---|---|---|---|---|---|---|",
+        "| F+B+W ratio | activation MiB meas / analytic | B workspace MiB meas "
+        "| parameters M meas / analytic |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     tm = prof.type_map()
     for name, fam, mod in zip(("embedding", "block", "lm_head"), fams, built, strict=True):
@@ -170,7 +171,7 @@ def profile_section(args: argparse.Namespace, tmp: Path) -> tuple[list[str], Pat
             f"| {m.backward_input_ms:.2f} / {a['backward_input_ms']:.2f} "
             f"| {m.backward_weight_ms:.2f} / {a['backward_weight_ms']:.2f} "
             f"| {tot_m / tot_a:.2f} | {m.activation_mib:,.0f} / {a['activation_mib']:,.0f} "
-            f"| {n_meas:,.1f} / {n_ana:,.1f} |"
+            f"| {m.workspace_mib:,.0f} | {n_meas:,.1f} / {n_ana:,.1f} |"
         )
     return rows, prof_path
 
