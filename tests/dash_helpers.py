@@ -37,7 +37,9 @@ def metric(at: AppTest, label: str) -> float:
     return float(m.value.split()[0].replace(",", ""))
 
 
-def executed_trace(prof: Any, plan: Any, steps: int = 2, speed: float = 0.01) -> bytes:
+def executed_trace(
+    prof: Any, plan: Any, steps: int = 2, speed: float = 0.01, peaks: list[Any] | None = None
+) -> bytes:
     """What ``octopipe run`` writes (``records_trace``), for a run ``speed`` times the
     simulated times, a little late on every op: every compute op and its input waits."""
     r = simulate(prof, plan)
@@ -49,4 +51,4 @@ def executed_trace(prof: Any, plan: Any, steps: int = 2, speed: float = 0.01) ->
             end = start + (e - s) * speed / 1000
             records.append((d, step, str(a), start, end, 0.0001 if a.kind == "F" else 0.0))
         records.append((0, step, f"0SEND_F{0}", t0, t0 + 0.0001, 0.0))
-    return json.dumps(records_trace(records)).encode()
+    return json.dumps(records_trace(records, peak_memory_gib=peaks)).encode()

@@ -208,6 +208,14 @@ def test_compare_lays_an_executed_trace_over_the_simulated_timeline() -> None:
     table = at.dataframe[0].value
     assert list(table["order as planned"]) == ["yes"] * 4
     assert any("executed" in c.value and "simulated" in c.value for c in at.caption)
+    assert len(at.dataframe) == 1  # a CPU run's trace has no peak memory to compare
+    # a GPU run's trace carries each rank's measured peak: simulated vs measured per device
+    gpu = executed_trace(prof, build_plan(prof, "1f1b", 4, 8), peaks=[30.0, 31.0, 32.0, 33.0])
+    at.file_uploader(key="exec_trace").set_value(("gpu.json", gpu, "application/json")).run()
+    ok(at)
+    peaks = at.dataframe[1].value
+    assert list(peaks["measured peak (GiB)"]) == [30.0, 31.0, 32.0, 33.0]
+    assert any("max_memory_allocated" in c.value for c in at.caption)
     # the simulated trace, or another plan's run, is a one-line error in the page
     for name, bad, needle in (
         ("trace_simulated.json", json.dumps(sim_trace(simulate(prof, build_plan(prof, "1f1b",

@@ -190,6 +190,28 @@ def test_executed_trace_overlays_the_simulated_timeline(prof: Any) -> None:
     assert list(fig.layout.yaxis.ticktext[:2]) == ["d0 simulated", "d0 executed"]
 
 
+def test_a_gpu_run_keeps_its_peak_memory_in_the_trace(prof: Any) -> None:
+    plan = build_plan(prof, "1f1b", 4, 8)
+    # octopipe run on GPUs records each rank's allocator peak; on the CPU there is none
+    assert trace_overlay.trace_peaks(executed_trace(prof, plan), "run.json") == []
+    cpu = executed_trace(prof, plan, peaks=[None] * 4)
+    assert "peak_memory_gib" not in json.loads(cpu)["otherData"]
+    body = executed_trace(prof, plan, peaks=[40.0, 41.5, None, 39.0])
+    peaks = trace_overlay.trace_peaks(body, "run.json")
+    assert peaks == [40.0, 41.5, None, 39.0]
+    sim = simulate(prof, plan).peak_memory_gib
+    table = trace_overlay.peak_frame(sim, peaks)
+    assert list(table["device"]) == ["d0", "d1", "d2", "d3"]
+    assert table["measured peak (GiB)"].iloc[1] == 41.5
+    assert table["simulated / measured - 1"].iloc[0] == f"{sim[0] / 40.0 - 1:+.1%}"
+    assert table["simulated / measured - 1"].iloc[2] == ""
+    bad = json.loads(body)
+    bad["otherData"]["peak_memory_gib"][1] = "lots"
+    with pytest.raises(OctoPipeError, match=r"otherData\.peak_memory_gib\[1\]") as e:
+        trace_overlay.trace_peaks(json.dumps(bad).encode(), "run.json")
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [

@@ -99,6 +99,27 @@ def parse_trace(raw: bytes, src: str) -> pd.DataFrame:
     return df
 
 
+def trace_peaks(raw: bytes, src: str) -> list[float | None]:
+    """Each rank's measured peak memory (GiB) that ``octopipe run`` keeps in the trace's
+    ``otherData.peak_memory_gib`` (the CUDA allocator's; None for a rank on the CPU); [] when
+    the trace has none. OctoPipeError (one line) for a malformed list."""
+    data = loads_checked(raw, src)
+    other = data.get("otherData") if isinstance(data, dict) else None
+    peaks = other.get("peak_memory_gib") if isinstance(other, dict) else None
+    if peaks is None:
+        return []
+    where = "otherData.peak_memory_gib"
+    if not isinstance(peaks, list) or len(peaks) > MAX_RANKS:
+        raise input_error(src, where, "not a list of ranks' peaks", FIX)
+    out: list[float | None] = []
+    for i, g in enumerate(peaks):
+        ok = g is None or (not isinstance(g, bool) and isinstance(g, (int, float)))
+        if not ok or (g is not None and not 0 <= g <= 1e5):
+            raise input_error(src, f"{where}[{i}]", f"got {str(g)[:20]!r}", "0..100000 GiB or null")
+        out.append(None if g is None else float(g))
+    return out
+
+
 def steps(trace: pd.DataFrame) -> list[int]:
     return sorted(int(s) for s in trace["step"].unique())
 
@@ -143,6 +164,26 @@ def order_check(run: pd.DataFrame, plan: Plan) -> list[str]:
         first = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
         out.append("" if first is None else f"#{first}: ran {got[first]}, plan {want[first]}")
     return out
+
+
+def peak_frame(sim_gib: list[float], run_gib: list[float | None]) -> pd.DataFrame:
+    """Per device: the simulated and the measured peak memory (GiB) and their difference.
+
+    >>> peak_frame([2.0, 3.0], [2.5, None]).iloc[0]["simulated / measured - 1"]
+    '-20.0%'
+    """
+    rows = []
+    for d, s in enumerate(sim_gib):
+        m = run_gib[d] if d < len(run_gib) else None
+        rows.append(
+            {
+                "device": f"d{d}",
+                "simulated peak (GiB)": round(s, 3),
+                "measured peak (GiB)": None if m is None else round(m, 3),
+                "simulated / measured - 1": f"{s / m - 1:+.1%}" if m else "",
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def compare_frame(sim: pd.DataFrame, run: pd.DataFrame, plan: Plan) -> pd.DataFrame:

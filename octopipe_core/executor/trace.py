@@ -44,11 +44,13 @@ def records_trace(
     records: list[tuple[Any, ...]],
     t0: float | None = None,
     tail: list[tuple[Any, ...]] | None = None,
+    peak_memory_gib: list[float | None] | None = None,
 ) -> dict[str, Any]:
     """Trace of executed op records ``(rank, step, op, start_s, end_s, wait_s)``; ``tail``:
     ``(rank, step, name, start_s, end_s)`` of DP reductions (``<stage>DP``, from launch to the
     end of its wait), the step's small all-reduce (``SYNC``: gradient norm, loss, requests) and
-    optimizer steps (``OPT``), on a third thread of each rank."""
+    optimizer steps (``OPT``), on a third thread of each rank. ``peak_memory_gib``: each rank's
+    measured peak (the CUDA allocator's; None on the CPU), kept in ``otherData``."""
     if not records:
         return {"traceEvents": []}
     base = min(r[3] for r in records) if t0 is None else t0
@@ -93,7 +95,10 @@ def records_trace(
                 "args": {"step": step},
             }
         )
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": "executed"}}
+    other: dict[str, Any] = {"source": "executed"}
+    if peak_memory_gib and any(g is not None for g in peak_memory_gib):
+        other["peak_memory_gib"] = [None if g is None else round(g, 4) for g in peak_memory_gib]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(trace: dict[str, Any], path: str | Path) -> None:

@@ -34,7 +34,8 @@ def write_outputs(res: dict[str, Any], out: Path) -> None:
         torch.save(res["grads"], out / "grads.pt")
     summary = {k: v for k, v in res.items() if k not in ("grads", "params_by_replica")}
     (out / "result.json").write_text(json.dumps(summary))
-    write_trace(records_trace(res["records"], tail=res["tail"]), out / "trace_executed.json")
+    trace = records_trace(res["records"], tail=res["tail"], peak_memory_gib=res["peak_memory_gib"])
+    write_trace(trace, out / "trace_executed.json")
 
 
 def main(argv: list[str] | None = None) -> int:
