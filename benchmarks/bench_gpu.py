@@ -141,6 +141,7 @@ def profile_section(args: argparse.Namespace, tmp: Path) -> tuple[list[str], Pat
     t = time.perf_counter()
     octopipe("profile", "--model", HOOK, "--layers", layers, *args.sizes, "--dtype", "bfloat16",
              "--device", args.device, "--repeats", str(args.repeats), "--warmup", "3",
+             "--threads", str(min(8, os.cpu_count() or 1)),
              "--name", "llama-3-8b-shape-measured", "--out", str(prof_path))  # fmt: skip
     wall = time.perf_counter() - t
     prof = load_profile(prof_path)
