@@ -72,10 +72,9 @@ def stage_costs(
     n = len(partition)
     f, b, w = [0.0] * n, [0.0] * n, [0.0] * n
     act, stash, wt, out, send = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    lat, ws = [0.0] * n, [0.0] * n
+    lat = [0.0] * n
     for s, (lo, hi) in enumerate(partition):
         for lt in layers[lo:hi]:
-            ws[s] = max(ws[s], lt.workspace_mib)
             f[s] += lt.forward_ms
             b[s] += lt.backward_input_ms
             w[s] += lt.backward_weight_ms
@@ -96,10 +95,38 @@ def stage_costs(
         b[s] += f[s]
     r = _round
     wire = [max(0.0, x - y) for x, y in zip(send, lat, strict=True)]
+    # the working memory of a stage's B: its layers run one at a time (profiles without any:
+    # nothing to do, the tuner calls this for every partition it tries)
+    ws: list[float] = []
+    if any(lt.workspace_mib for lt in profile.layer_types):
+        ws = [max((lt.workspace_mib for lt in layers[lo:hi]), default=0.0) for lo, hi in partition]
     return StageCosts(
         r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else [],
-        r(ws) if any(ws) else [],
+        r(ws),
     )  # fmt: skip
+
+
+def activation_budgets_mib(
+    costs: StageCosts, placement: list[int], devices: int, cap_mib: float
+) -> list[float]:
+    """Activation memory each device may hold: ``cap_mib`` minus its stages' weights and the
+    largest working memory of its backwards (the schedulers keep within it).
+
+    >>> from octopipe_core.profile import Profile, example_profile_dict
+    >>> c = stage_costs(Profile.from_dict(example_profile_dict()), [(0, 2), (2, 4)])
+    >>> [round(x) for x in activation_budgets_mib(c, [0, 1], 2, 1024.0)] == [
+    ...     round(1024.0 - w) for w in c.weight_mib]
+    True
+    """
+    out = [cap_mib] * devices
+    for s, d in enumerate(placement):
+        out[d] -= costs.weight_mib[s]
+    if costs.workspace_mib:
+        ws = [0.0] * devices
+        for s, d in enumerate(placement):
+            ws[d] = max(ws[d], costs.workspace_mib[s])
+        out = [x - w for x, w in zip(out, ws, strict=True)]
+    return out
 
 
 def _round(xs: list[float]) -> list[float]:

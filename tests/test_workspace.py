@@ -100,6 +100,47 @@ def test_the_tuner_budgets_leave_room_for_the_workspace() -> None:
     assert ev.budgets_mib(costs, [0, 1]) == pytest.approx([4096 - 2048, 4096 - 2048 - 200])
 
 
+def test_the_list_scheduler_counts_the_workspace_once() -> None:
+    """The budget leaves out a device's largest backward workspace; the list scheduler does not
+    reserve it again: with room for exactly two activations, d0 keeps two forwards in flight
+    (one, and a slower plan, when the workspace was taken twice)."""
+    from octopipe_core.tuner.evaluate import Evaluator
+    from octopipe_core.tuner.list_scheduler import POLICIES, list_schedule
+
+    types = {
+        "t": {"family": "mlp", "forward_ms": 1.0, "backward_input_ms": 1.0,
+              "backward_weight_ms": 1.0, "activation_mib": 100.0, "weight_mib": 0.0,
+              "output_mib": 1.0, "w_stash_mib": 0.0, "workspace_mib": 50.0}
+    }  # fmt: skip
+    head = {"format": FORMAT, "name": "ws", "tokens_per_microbatch": 8}
+    prof = Profile.from_dict({**head, "layer_types": types, "layers": ["t", "t"]})
+    ev = Evaluator(prof, 2, 4, 250.0 / 1024)  # 2 x 100 MiB of activations + 50 MiB workspace
+    costs = stage_costs(prof, [(0, 1), (1, 2)])
+    budgets = ev.budgets_mib(costs, [0, 1])
+    assert budgets == pytest.approx([200.0, 200.0])
+    r = list_schedule(costs, [0, 1], 2, 4, budgets, POLICIES[0])
+    assert r is not None
+    level = held = 0
+    for a in r.order[0]:
+        level += {"F": 1, "B": -1}.get(a.kind, 0)
+        held = max(held, level)
+    assert held == 2
+    plan = Plan(4, [(0, 1), (1, 2)], [0, 1], r.order)
+    assert simulate(prof, plan, memory_cap_gib=250.0 / 1024).fits_memory
+
+
+def test_the_exact_search_keeps_room_for_the_workspace() -> None:
+    """The exact search's optimum fits the cap with the backwards' working memory counted
+    (it shares the tuner's budgets: a plan using the workspace's room would not fit)."""
+    from octopipe_core.tuner.exact import exact_optimum
+
+    prof = _profile([0.0, 0.0, 0.0, 300.0], act=100.0, stash=0.0)
+    for cap_mib in (2048 + 300 + 200, 2048 + 300 + 400):
+        r = exact_optimum(prof, 2, 3, memory_gib=cap_mib / 1024, time_limit_s=20)
+        assert r.plan is not None and r.result is not None and r.complete
+        assert r.result.fits_memory, (cap_mib, r.result.peak_memory_gib)
+
+
 def test_the_layer_type_table_keeps_the_workspace() -> None:
     from app.components.analysis import layer_types_frame, profile_with_types
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from octopipe_core.bounds import LayerTimes
-from octopipe_core.costs import StageCosts, layer_times_ms, stage_costs
+from octopipe_core.costs import StageCosts, activation_budgets_mib, layer_times_ms, stage_costs
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.fill_partition import FillModel, FillResult, solve_fill
 from octopipe_core.plan import Action, Plan, TextEnum
@@ -147,20 +147,9 @@ class Evaluator:
             self._costs[key] = c
         return c
 
-    def static_mib(self, costs: StageCosts, placement: list[int]) -> list[float]:
-        out = [0.0] * self.devices
-        for s, d in enumerate(placement):
-            out[d] += costs.weight_mib[s]
-        return out
-
     def budgets_mib(self, costs: StageCosts, placement: list[int]) -> list[float]:
-        """Activation memory each device may hold: its cap minus its weights and the largest
-        working memory of its backwards."""
-        ws = [0.0] * self.devices
-        for s, d in enumerate(placement):
-            ws[d] = max(ws[d], costs.ws_mib(s))
-        static = self.static_mib(costs, placement)
-        return [self.cap_gib * 1024.0 - x - w for x, w in zip(static, ws, strict=True)]
+        """``costs.activation_budgets_mib`` under this problem's cap."""
+        return activation_budgets_mib(costs, placement, self.devices, self.cap_gib * 1024.0)
 
     def finish_fn(self, placement: list[int]) -> DeviceFn:
         """Per-device finish estimate (first arrival + micro-batches x load) for a placement."""

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import combinations
 
-from octopipe_core.costs import StageCosts, stage_costs
+from octopipe_core.costs import StageCosts, activation_budgets_mib, stage_costs
 from octopipe_core.plan import Action, Plan
 from octopipe_core.profile import Profile
 from octopipe_core.simulator import SimResult, simulate
@@ -232,10 +232,7 @@ def exact_optimum(
             c = stage_costs(profile, part)
             for place in placements(S, devices, max_stages_per_device):
                 layouts += 1
-                static = [0.0] * devices
-                for s, d in enumerate(place):
-                    static[d] += c.weight_mib[s]
-                budget = [cap * 1024.0 - x for x in static]
+                budget = activation_budgets_mib(c, place, devices, cap * 1024.0)
                 if min(budget) < 0:
                     continue
                 bnb = _BnB(c, place, devices, microbatches, budget, best_ms)

@@ -150,10 +150,9 @@ def list_schedule(
     stages_of: list[list[int]] = [[] for _ in range(D)]
     for s, d in enumerate(placement):
         stages_of[d].append(s)
-    # room kept for later stages' forwards and for the largest recomputation and backward
-    # working memory on the device
-    work_mib = costs.workspace_mib or [0.0] * S
-    top_rec = [max((rec[t] + work_mib[t] for t in st), default=0.0) for st in stages_of]
+    # room kept for later stages' forwards and for the largest recomputation on the device
+    # (the backwards' working memory is out of ``budget_mib`` already)
+    top_rec = [max((rec[t] for t in st), default=0.0) for st in stages_of]
     reserve = [
         sum(act[t] for t in stages_of[placement[s]] if t > s) + top_rec[placement[s]]
         for s in range(S)
