@@ -52,3 +52,22 @@ def test_run_refuses_nccl_before_launching(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "NCCL needs one GPU per rank" in err, err
     assert not (tmp_path / "job" / "out").exists()  # nothing was launched
+
+
+def test_a_worker_without_a_gpu_per_rank_stops_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun's launch.sh starts the workers itself: each refuses NCCL with one line."""
+    from octopipe_core.executor import worker
+
+    _gpus(monkeypatch, 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    plan = tmp_path / "plan.json"
+    args = ["--profile", "tiny-hybrid", "--schedule", "1f1b", "--devices", "2"]
+    assert main(["simulate", *args, "--microbatches", "2", "--out", str(plan)]) == 0
+    assert main(["export", str(plan), "--out", str(tmp_path / "job")]) == 0
+    capsys.readouterr()
+    cfg = str(tmp_path / "job" / "executor_config.json")
+    assert worker.main([cfg, "--backend", "nccl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("octopipe worker: error: backend nccl: 2 rank(s)") and "\n" not in err

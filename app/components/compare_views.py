@@ -170,7 +170,6 @@ def executed(choices: dict[str, str]) -> None:
         ss["exec_token"] = token
         try:
             ss["exec_trace_df"] = trace_overlay.parse_trace(raw, up.name)
-            ss["exec_peaks"] = trace_overlay.trace_peaks(raw, up.name)
             ss.pop("exec_error", None)
         except OctoPipeError as e:
             ss["exec_error"] = str(e)
@@ -209,7 +208,7 @@ def executed(choices: dict[str, str]) -> None:
     fig = trace_overlay.overlay_figure(sim["timeline"], run, plan, scale)
     display.chart(fig, key="exec_chart", name="simulated-vs-executed")
     panels.frame(trace_overlay.compare_frame(sim["timeline"], run, plan))
-    peaks = ss.get("exec_peaks") or []
+    peaks = trace.attrs.get("peak_memory_gib", [])
     if any(g is not None for g in peaks):
         panels.frame(trace_overlay.peak_frame(sim["result"].peak_memory_gib, peaks))
         st.caption(

@@ -55,7 +55,8 @@ def _number(ev: dict[str, Any], key: str, src: str, where: str) -> float:
 
 def parse_trace(raw: bytes, src: str) -> pd.DataFrame:
     """The executed ops of a trace file: one row per op (``COLUMNS``; times in ms from the
-    trace's first event). OctoPipeError (one line) for anything else."""
+    trace's first event); ``attrs["peak_memory_gib"]``: each rank's measured peak memory, []
+    when the run recorded none. OctoPipeError (one line) for anything else."""
     data = loads_checked(raw, src)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise input_error(src, "<root>", "not a Chrome trace with traceEvents", FIX)
@@ -96,15 +97,14 @@ def parse_trace(raw: bytes, src: str) -> pd.DataFrame:
     t0 = float(df["start_ms"].min())
     df["start_ms"] = (df["start_ms"] - t0) / 1000.0
     df["end_ms"] = (df["end_ms"] - t0) / 1000.0
+    df.attrs["peak_memory_gib"] = _peaks(other, src)
     return df
 
 
-def trace_peaks(raw: bytes, src: str) -> list[float | None]:
+def _peaks(other: Any, src: str) -> list[float | None]:
     """Each rank's measured peak memory (GiB) that ``octopipe run`` keeps in the trace's
     ``otherData.peak_memory_gib`` (the CUDA allocator's; None for a rank on the CPU); [] when
     the trace has none. OctoPipeError (one line) for a malformed list."""
-    data = loads_checked(raw, src)
-    other = data.get("otherData") if isinstance(data, dict) else None
     peaks = other.get("peak_memory_gib") if isinstance(other, dict) else None
     if peaks is None:
         return []

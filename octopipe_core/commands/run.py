@@ -154,10 +154,9 @@ def run(args: argparse.Namespace) -> int:
     confirm_user_code(cfg, d, args.trust)
     preflight(cfg, cfg_path)
     from octopipe_core.executor.mesh import config_layout
-
-    nproc = config_layout(cfg).world
     from octopipe_core.executor.runtime import pick_backend
 
+    nproc = config_layout(cfg).world
     backend = pick_backend(args.backend, nproc)  # NCCL without a GPU per rank: one line
     start = None if (args.no_resume or args.check) else resume_step(cfg, d)
     if start is not None:

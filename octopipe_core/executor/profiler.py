@@ -121,6 +121,20 @@ def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
         dpar.release()
 
 
+def _fresh_input(x_in: torch.Tensor) -> torch.Tensor:
+    """A copy of a layer's input that a backward can take the gradient of (ids need none)."""
+    x = x_in.detach().clone()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    return x
+
+
+def _deferred_backward(out: torch.Tensor, g: torch.Tensor | None, store: list[Any]) -> None:
+    """B: the input-gradient backward from ``out``, weight gradients queued on ``store``."""
+    with defer_weight_grads(store):
+        torch.autograd.backward(out, g)
+
+
 def backward_workspace_mib(
     fwd: Callable[[torch.Tensor], torch.Tensor], x_in: torch.Tensor, device: torch.device
 ) -> float:
@@ -128,17 +142,9 @@ def backward_workspace_mib(
     ``fwd`` on ``x_in``: its peak above the memory in use when it starts (MiB), untimed. On a
     GPU the CUDA allocator's peak; on the CPU glibc's bytes in use read after every torch op
     (``mallinfo2``); 0 where neither can be read."""
-    x = x_in.detach().clone()
-    if x.is_floating_point():
-        x.requires_grad_(True)
-    out = fwd(x)
+    out = fwd(_fresh_input(x_in))
     g = None if out.dim() == 0 else torch.randn_like(out)
-    store: list[Any] = []
-
-    def run() -> None:
-        with defer_weight_grads(store):
-            torch.autograd.backward(out, g)
-
+    run = functools.partial(_deferred_backward, out, g, [])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
@@ -218,9 +224,7 @@ def measure_module(
     fs, bs, ws, acts, stashes = [], [], [], [], []
     out_mib = 0.0
     for i in range(warmup + repeats):
-        x = x_in.detach().clone()
-        if x.is_floating_point():
-            x.requires_grad_(True)
+        x = _fresh_input(x_in)
         saved: list[torch.Tensor] = []
 
         def pack(
@@ -234,12 +238,7 @@ def measure_module(
             tf, out = _timed(functools.partial(fwd, x), sync)
         g = None if out.dim() == 0 else torch.randn_like(out)
         store: list[Any] = []
-
-        def bwd(out: torch.Tensor = out, g: Any = g, store: list[Any] = store) -> None:
-            with defer_weight_grads(store):
-                torch.autograd.backward(out, g)
-
-        tb, _ = _timed(bwd, sync)
+        tb, _ = _timed(functools.partial(_deferred_backward, out, g, store), sync)
         stash = [t for item in store for t in item[1:3] if isinstance(t, torch.Tensor)]
         stash_mib = _nbytes([t for t in stash if t.untyped_storage().data_ptr() not in params])
         tw, _ = _timed(functools.partial(apply_weight_grads, store), sync)
