@@ -19,6 +19,12 @@ its gradients.
   parameters back (ZeRO-1: after an all-gather of the updated shards) and zeroes the flat
   gradient buffer for the next step.
 
+The optimizer works on the flat buffers directly: AdamW is torch's fused kernel (the one
+``torch.optim.AdamW(fused=True)`` runs: one pass over the state, no temporaries of its size),
+SGD the two in-place adds of ``torch.optim.SGD``. ``torch.optim`` itself is not used: its
+constructor and step import ``torch._dynamo``, about 2 s of CPU in every fresh rank, as long
+again as ``import torch``.
+
 The gradient norm for clipping: every rank's sum of squares, summed over the job (one small
 all-reduce with the loss) and divided by the replicas that hold each element (DP without
 ZeRO-1; ZeRO-1 shards are disjoint).
@@ -79,6 +85,9 @@ class StageBuffer:
     shard: int  # elements per replica (padded numel / dp)
     master: torch.Tensor  # full flat copy, or this replica's shard under ZeRO-1
     flat: torch.Tensor  # the gradients, accumulated (the params' main_grad views)
+    # AdamW: "step" (float32, on the master's device, as the fused kernel wants it),
+    # "exp_avg", "exp_avg_sq", each the master's shape; SGD keeps none
+    state: dict[str, torch.Tensor]
     grad: torch.Tensor | None = None  # reduced (full, or shard), set by launch/wait
     work: Any = None
     launched_at: float = 0.0
@@ -122,28 +131,14 @@ class DataParallel:
                 off += p.numel()
             master = full[dp_rank * shard : (dp_rank + 1) * shard].clone() if self.zero1 else full
             names = [n for n, _ in named]
-            self.buffers[s] = StageBuffer(s, names, params, numel, shard, master, flat)
-        masters = [b.master for b in self.buffers.values()]
-        self.opt: torch.optim.Optimizer
-        if settings.optimizer == "sgd":
-            self.opt = torch.optim.SGD(masters, lr=settings.lr, weight_decay=settings.weight_decay)
-        else:
-            fused = bool(masters)  # torch's fused kernel, on the CPU too
-            self.opt = torch.optim.AdamW(
-                masters,
-                lr=settings.lr,
-                betas=(settings.beta1, settings.beta2),
-                eps=settings.eps,
-                weight_decay=settings.weight_decay,
-                # one pass over the state: no temporaries of its size, one kernel on a GPU
-                fused=fused,
-            )
-            for m in masters:  # state exists from the start, so a checkpoint can load into it
-                self.opt.state[m] = {
-                    "step": torch.tensor(0.0, device=m.device),  # the fused kernel's place
-                    "exp_avg": torch.zeros_like(m),
-                    "exp_avg_sq": torch.zeros_like(m),
+            state = {}  # exists from the start, so a checkpoint can load into it
+            if settings.optimizer == "adamw":
+                state = {
+                    "step": torch.zeros((), dtype=torch.float32, device=master.device),
+                    "exp_avg": torch.zeros_like(master),
+                    "exp_avg_sq": torch.zeros_like(master),
                 }
+            self.buffers[s] = StageBuffer(s, names, params, numel, shard, master, flat, state)
 
     # ---- reduction ------------------------------------------------------------------------
     def launch(self, stage: int) -> None:
@@ -212,14 +207,14 @@ class DataParallel:
     def step(self, lr: float, clip_coef: float = 1.0) -> None:
         """One optimizer step at ``lr`` on the (clipped) averaged gradients; clears them."""
         t0 = time.perf_counter()
-        for g in self.opt.param_groups:
-            g["lr"] = lr
         for b in self.buffers.values():
             assert b.grad is not None
             if clip_coef != 1.0:
                 b.grad.mul_(clip_coef)  # in place: no second copy of the gradients
-            b.master.grad = b.grad
-        self.opt.step()
+        if self.o.optimizer == "sgd":
+            self._sgd(lr)
+        else:
+            self._adamw(lr)
         for b in self.buffers.values():
             full = self._gather(b, b.master) if self.zero1 else b.master
             with torch.no_grad():
@@ -227,10 +222,45 @@ class DataParallel:
                 for p in b.params:
                     p.copy_(full[off : off + p.numel()].view_as(p))
                     off += p.numel()
-            b.master.grad = None
             b.grad = None
             b.flat.zero_()  # the next step accumulates from zero
         self.tail.append(("OPT", t0, time.perf_counter()))
+
+    def _adamw(self, lr: float) -> None:
+        """torch.optim.AdamW's fused step (decoupled weight decay), per device and dtype."""
+        o = self.o
+        groups: dict[tuple[torch.device, torch.dtype], list[StageBuffer]] = {}
+        for b in self.buffers.values():
+            groups.setdefault((b.master.device, b.master.dtype), []).append(b)
+        for bufs in groups.values():
+            steps = [b.state["step"] for b in bufs]
+            grads = [b.grad for b in bufs if b.grad is not None]
+            assert len(grads) == len(bufs), "call wait() first"
+            torch._foreach_add_(steps, 1)
+            torch._fused_adamw_(
+                [b.master for b in bufs],
+                grads,
+                [b.state["exp_avg"] for b in bufs],
+                [b.state["exp_avg_sq"] for b in bufs],
+                [],  # no AMSGrad
+                steps,
+                lr=lr,
+                beta1=o.beta1,
+                beta2=o.beta2,
+                weight_decay=o.weight_decay,
+                eps=o.eps,
+                amsgrad=False,
+                maximize=False,
+            )
+
+    def _sgd(self, lr: float) -> None:
+        """torch.optim.SGD without momentum: ``p -= lr (g + weight_decay p)``."""
+        wd = self.o.weight_decay
+        with torch.no_grad():
+            for b in self.buffers.values():
+                assert b.grad is not None
+                g = b.grad.add(b.master, alpha=wd) if wd != 0 else b.grad
+                b.master.add_(g, alpha=-lr)
 
     def release(self) -> None:
         """Detach the parameters from the flat buffers (hooks and ``main_grad`` views)."""
@@ -257,7 +287,6 @@ class DataParallel:
         for s, b in self.buffers.items():
             tag = f"s{s}.dp{self.dp_rank}" if self.zero1 else f"s{s}"
             out[f"master.{tag}"] = b.master
-            for k, v in self.opt.state.get(b.master, {}).items():
-                if isinstance(v, torch.Tensor):
-                    out[f"optim.{tag}.{k}"] = v
+            for k, v in b.state.items():
+                out[f"optim.{tag}.{k}"] = v
         return out

@@ -30,8 +30,7 @@ def free_port() -> int:
 
 
 # Imported once by the fork server; every local rank is forked from it with these modules loaded
-# (a fresh interpreter per rank would import torch again, and torch._dynamo at the optimizer's
-# first call: about 2 s of CPU each).
+# (a fresh interpreter per rank would import torch again: about 2 s of CPU each).
 PRELOAD = ["octopipe_core.executor.train", *RANK_PRELOAD]
 
 

@@ -1,8 +1,7 @@
 """Start every rank of a job on this machine, for ``octopipe run``: one launcher process, one
 child per rank, torchrun's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...).
 
-With gloo (CPU), the launcher imports torch and the parts of it a rank loads lazily (the
-optimizer's first call imports ``torch._dynamo``: as long again as ``import torch``) once,
+With gloo (CPU), the launcher imports torch and the parts of it a rank loads lazily once,
 then forks the ranks, which start with all of it loaded: a 4-rank job takes about half of
 torchrun's wall time and a third of its CPU (``benchmarks/bench_launch.py``). With NCCL (or
 ``auto``), each child execs a fresh interpreter, as torchrun does: a CUDA context must not be
@@ -36,7 +35,6 @@ WORKER = "octopipe_core.executor.worker"
 # The worker, and what a rank imports lazily after it, loaded once before forking.
 PRELOAD = (
     WORKER,
-    "torch._dynamo",  # the first optimizer call imports it
     "torch.distributed.checkpoint",
     "torch.profiler",
 )

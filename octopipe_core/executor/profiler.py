@@ -114,8 +114,8 @@ def weight_memory_mib(layer: nn.Module) -> tuple[float, float, float]:
         dpar.launch(0)  # gradients left on the parameters move into the flat buffer
         buf = dpar.buffers[0]
         assert buf.grad is not None
-        state = [t for st in dpar.opt.state.values() for t in st.values() if torch.is_tensor(t)]
-        o_mib = _nbytes([buf.master, *(t for t in state if t.dim() > 0)])  # (step counters aside)
+        state = [t for t in buf.state.values() if t.dim() > 0]  # (the step counter aside)
+        o_mib = _nbytes([buf.master, *state])
         return p_mib, _nbytes([buf.grad]), o_mib
     finally:
         dpar.release()
