@@ -82,3 +82,26 @@ def test_sigusr1_is_passed_on_and_sigterm_ends_every_rank(tmp_path: Path) -> Non
     assert "octopipe launch: stopped by SIGTERM: every rank ended" in out
     assert "exited with" not in out  # the ranks it stopped did not fail on their own
     assert not any(Path(f"/proc/{pid}").exists() for pid in ranks)
+
+
+def test_the_checkpoint_module_is_preloaded_only_for_jobs_that_use_it(tmp_path: Path) -> None:
+    """``torch.distributed.checkpoint`` takes 1.5 s of CPU to import: the launcher loads it
+    before forking only when the job saves checkpoints as it goes or resumes from one."""
+    import json
+
+    from octopipe_core.executor.local_launch import CHECKPOINT_MODULE, preload_modules
+
+    cfg = tmp_path / "executor_config.json"
+
+    def wants(checkpoint: dict[str, object], *args: str) -> bool:
+        cfg.write_text(json.dumps({"checkpoint": checkpoint}))
+        return CHECKPOINT_MODULE in preload_modules([str(cfg), *args])
+
+    assert not wants({"every": 0})  # only on request: a rank imports it then
+    assert wants({"every": 5})
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest").write_text("step_2")
+    assert wants({"every": 0, "dir": "ck"})  # a checkpoint to resume from, next to the config
+    assert not wants({"every": 0, "dir": "ck"}, "--no-resume")
+    assert not wants({"every": 0, "dir": "ck", "resume": False})
+    assert wants({"every": "x"})  # a config the worker will refuse: no guess

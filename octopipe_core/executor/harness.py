@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from octopipe_core.executor.local_launch import CHECKPOINT_MODULE
 from octopipe_core.executor.local_launch import PRELOAD as RANK_PRELOAD
 from octopipe_core.executor.train import execute
 
@@ -31,7 +32,7 @@ def free_port() -> int:
 
 # Imported once by the fork server; every local rank is forked from it with these modules loaded
 # (a fresh interpreter per rank would import torch again: about 2 s of CPU each).
-PRELOAD = ["octopipe_core.executor.train", *RANK_PRELOAD]
+PRELOAD = ["octopipe_core.executor.train", *RANK_PRELOAD, CHECKPOINT_MODULE]
 
 
 def _with_env(rank: int, fn: Callable[..., None], env: dict[str, str], *args: Any) -> None:

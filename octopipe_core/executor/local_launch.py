@@ -29,15 +29,15 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
 WORKER = "octopipe_core.executor.worker"
 # The worker, and what a rank imports lazily after it, loaded once before forking.
-PRELOAD = (
-    WORKER,
-    "torch.distributed.checkpoint",
-    "torch.profiler",
-)
+PRELOAD = (WORKER, "torch.profiler")
+# 1.5 s of CPU to import: loaded first only for a job that will save or load a checkpoint
+# (a rank asked for one by a signal imports it then)
+CHECKPOINT_MODULE = "torch.distributed.checkpoint"
 
 
 def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
@@ -159,10 +159,38 @@ class _Ranks:
         return 1 if failed else 0
 
 
+def preload_modules(worker_args: list[str]) -> list[str]:
+    """The modules to import before forking the ranks of the worker on ``worker_args``
+    (``CONFIG [--no-resume] ...``): ``PRELOAD``, and the checkpoint module when the job saves
+    checkpoints as it goes (``checkpoint.every > 0``) or resumes from one; also when the
+    config cannot be read (the worker reports why).
+
+    >>> preload_modules(["/no/such/executor_config.json"])[-1]
+    'torch.distributed.checkpoint'
+    """
+    import json
+
+    from octopipe_core.errors import OctoPipeError
+    from octopipe_core.executor.settings import CheckpointSettings
+
+    mods = list(PRELOAD)
+    try:
+        config = Path(worker_args[0])
+        ck = CheckpointSettings.from_dict(json.loads(config.read_text()).get("checkpoint"))
+        resume = ck.resume and "--no-resume" not in worker_args
+        every = ck.every
+        found = resume and (ck.path(config.resolve().parent) / "latest").is_file()
+    except (OSError, ValueError, TypeError, AttributeError, IndexError, OctoPipeError):
+        every, found = 1, True
+    if every > 0 or found:
+        mods.append(CHECKPOINT_MODULE)
+    return mods
+
+
 def launch(world: int, worker_args: list[str], fresh: bool, grace_s: float = 5.0) -> int:
     """Run ``world`` ranks of the worker on ``worker_args``; the exit status (0: all passed)."""
     if not fresh:
-        for name in PRELOAD:
+        for name in preload_modules(worker_args):
             importlib.import_module(name)
     ranks = _Ranks(grace_s)
     writers: list[int] = []
