@@ -162,11 +162,11 @@ class _Ranks:
 def preload_modules(worker_args: list[str]) -> list[str]:
     """The modules to import before forking the ranks of the worker on ``worker_args``
     (``CONFIG [--no-resume] ...``): ``PRELOAD``, and the checkpoint module when the job saves
-    checkpoints as it goes (``checkpoint.every > 0``) or resumes from one; also when the
-    config cannot be read (the worker reports why).
+    checkpoints as it goes (``checkpoint.every > 0``) or resumes from one. Not when the config
+    cannot be read: the worker stops and says why (and any rank imports what it uses anyway).
 
-    >>> preload_modules(["/no/such/executor_config.json"])[-1]
-    'torch.distributed.checkpoint'
+    >>> preload_modules(["/no/such/executor_config.json"])
+    ['octopipe_core.executor.worker', 'torch.profiler']
     """
     import json
 
@@ -181,7 +181,7 @@ def preload_modules(worker_args: list[str]) -> list[str]:
         every = ck.every
         found = resume and (ck.path(config.resolve().parent) / "latest").is_file()
     except (OSError, ValueError, TypeError, AttributeError, IndexError, OctoPipeError):
-        every, found = 1, True
+        every, found = 0, False
     if every > 0 or found:
         mods.append(CHECKPOINT_MODULE)
     return mods
