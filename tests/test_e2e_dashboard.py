@@ -99,11 +99,22 @@ def open_page(browser: object, height: int, **context: object) -> tuple[object, 
     return ctx, pg
 
 
-@pytest.fixture
-def page(browser: object) -> Iterator[object]:
+@pytest.fixture(scope="module")
+def context(browser: object) -> Iterator[object]:
+    """One browser context for the module's pages: its HTTP cache keeps the app's scripts
+    between tests (a new context per test fetched and compiled them again each time)."""
     ctx, pg = open_page(browser, 2000, accept_downloads=True)
-    yield pg
+    pg.close()
+    yield ctx
     ctx.close()
+
+
+@pytest.fixture
+def page(context: object) -> Iterator[object]:
+    pg = context.new_page()
+    pg.set_default_timeout(LOAD_TIMEOUT_MS)
+    yield pg
+    pg.close()
 
 
 def wait_idle(page: object, settle_ms: int = 400) -> None:
