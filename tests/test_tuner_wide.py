@@ -148,3 +148,8 @@ def test_justifying_the_pull_schedule_beats_every_other_justify_move() -> None:
     pulled = ev.from_policies(part, place, "", (PULL_POLICY,), bound_ms=inf)
     assert pulled is not None and pulled.step_ms < 0.98 * inc.step_ms
     assert len(justify_proposals(ev, inc)) == len(JUSTIFY_MOVES)  # this layout is done
+    # one stage per device: too few for the forward wave to matter, no pull move
+    seq = ev.fill_partition(list(range(8))).partition
+    assert seq is not None
+    one = ev.from_policies(seq, list(range(8)), "seq", bound_ms=inf)
+    assert one is not None and len(justify_proposals(ev, one)) == len(JUSTIFY_MOVES)

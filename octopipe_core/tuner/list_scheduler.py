@@ -262,7 +262,8 @@ def list_schedule(
             kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
         else:
             best_f: tuple[float, int] | None = None
-            f_mb = -1  # the micro-batch of best_f
+            f_stage = f_mb = -1  # the stage and micro-batch of best_f
+            hand: dict[int, float] = {}  # in_hand per receiving device, for this choice
             mem_blocked = False
             mem_wait = False  # some F (ready or not) waits for memory: W must not be held
             for s in stages_of[d]:
@@ -282,20 +283,22 @@ def list_schedule(
                 if a <= t + _EPS:
                     if deepest:
                         fkey: tuple[float, int] = (-s, i)
-                    elif pull and s < S - 1 and placement[s + 1] != d:
-                        fkey = (i - pull / (1.0 + in_hand(placement[s + 1], t)), -s)
+                    elif pull and s < S - 1 and (e := placement[s + 1]) != d:
+                        if e not in hand:
+                            hand[e] = in_hand(e, t)
+                        fkey = (i - pull / (1.0 + hand[e]), -s)
                     else:
                         fkey = (i, -s)
                     if best_f is None or fkey < best_f:
                         best_f = fkey
-                        f_mb = i
+                        f_stage, f_mb = s, i
                 elif a < next_arr:
                     next_arr = a
             if best_b is not None and (best_f is None or best_b[0] <= f_mb - ahead):
                 kind, i_pick, s_pick = "B", best_b[0], -best_b[1]
             elif best_f is not None:
                 kind = "F"
-                s_pick, i_pick = int(-best_f[0] if deepest else -best_f[1]), f_mb
+                s_pick, i_pick = f_stage, f_mb
             elif wq[d]:
                 code = wq[d][0]
                 ws = code // M

@@ -318,31 +318,36 @@ def justify_thunk(
     return build
 
 
-def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
-    """Forward-backward improvement of the incumbent's schedule (split F/B/W, no
-    recomputation), from micro-batch order and from the incumbent's times."""
-    plan = inc.plan
-    if plan.recompute or any(a.kind is Kind.BW for acts in plan.schedule for a in acts):
-        return []
-    out = []
-    for passes, wait, from_inc in JUSTIFY_MOVES:
-        how = f"{passes} rounds" + (f", lookahead {wait:g}" if wait else "")
-        how += ", from its times" if from_inc else ""
-        thunk = justify_thunk(ev, inc, passes, wait, from_inc)
-        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, f"justify the schedule ({how})", thunk))
-    many = len(plan.partition) >= PULL_STAGES_PER_DEVICE * ev.devices
-    if many and not ev.seen_policy(plan.partition, plan.placement, PULL_POLICY):
-        desc = f"justify the {PULL_POLICY.name} schedule ({PULL_JUSTIFY[0]} rounds, lookahead "
-        desc += f"{PULL_JUSTIFY[1]:g}, from its times)"
-        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, desc, pull_justify_thunk(ev, inc)))
-    return out
-
-
 # the justify move from the pull schedule's times: (rounds, lookahead), on layouts with at
 # least this many stages per device (where the forward wave leaves devices idle; the cells it
 # improved hold 3.2-15; on fewer it cost convergence runs a quarter more time for nothing)
 PULL_JUSTIFY = (6, 0.25)
 PULL_STAGES_PER_DEVICE = 3
+
+
+def _how(passes: int, wait: float, from_inc: bool) -> str:
+    """How a justify move runs, for its description."""
+    how = f"{passes} rounds" + (f", lookahead {wait:g}" if wait else "")
+    return how + (", from its times" if from_inc else "")
+
+
+def justify_proposals(ev: Evaluator, inc: Candidate) -> list[Proposal]:
+    """Forward-backward improvement of the incumbent's schedule (split F/B/W, no
+    recomputation), from micro-batch order and from the incumbent's times; on layouts of
+    many stages per device, also of the pull schedule from its times."""
+    plan = inc.plan
+    if plan.recompute or any(a.kind is Kind.BW for acts in plan.schedule for a in acts):
+        return []
+    out = []
+    for passes, wait, from_inc in JUSTIFY_MOVES:
+        thunk = justify_thunk(ev, inc, passes, wait, from_inc)
+        desc = f"justify the schedule ({_how(passes, wait, from_inc)})"
+        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, desc, thunk))
+    many = len(plan.partition) >= PULL_STAGES_PER_DEVICE * ev.devices
+    if many and not ev.seen_policy(plan.partition, plan.placement, PULL_POLICY):
+        desc = f"justify the {PULL_POLICY.name} schedule ({_how(*PULL_JUSTIFY, True)})"
+        out.append(proposal(Phase.SCHEDULE, Move.JUSTIFY, desc, pull_justify_thunk(ev, inc)))
+    return out
 
 
 def pull_justify_thunk(ev: Evaluator, inc: Candidate) -> Callable[[], Candidate | None]:
