@@ -97,6 +97,9 @@ def test_every_plan_page_shows_where_the_time_goes(page: str) -> None:
     assert len(values(peak["data"][0]["y"])) == int(at.session_state["devices"])
     assert any("Bubble ratio = idle device time / (devices × step time)" in c.value
                for c in at.caption)  # fmt: skip
+    # and how far each plan's schedule is above what its layout allows
+    lb = next(c.value for c in at.caption if c.value.startswith("**Layout bound**"))
+    assert "any schedule of its layout needs >= " in lb and "this schedule is +" in lb
 
 
 def test_critical_path_toggle_highlights_the_path_and_is_shared() -> None:

@@ -197,6 +197,11 @@ def where_time(items: tuple[tuple[str, str], ...], key: str) -> None:
     with right:
         st.markdown(f"**Peak memory per device** against the {cap:g} GiB cap")
         display.chart(peak_fig, key=f"{key}_peak", name="peak-memory")
+    lines = [where.layout_line(n, state.cached_where(prof, js, cap)) for n, js in items]
+    st.caption(
+        "**Layout bound** (the least step any schedule of a plan's partition and placement "
+        "reaches; the step above it is the schedule's share of the gap): " + "; ".join(lines)
+    )
     st.caption(where.TIME_DEFINITIONS)
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 from app.components.charts import PathLink
 from app.components.plots import TIME_PARTS, bubble_ratio
 from octopipe_core.breakdown import critical_path, time_breakdown
+from octopipe_core.layout_bound import plan_layout_bound
 from octopipe_core.simulator import SimResult
 
 TIME_DEFINITIONS = (
@@ -47,11 +48,28 @@ def analyse(result: SimResult) -> dict[str, Any]:
     ]
     return {
         "frame": frame,
+        "layout_bound": plan_layout_bound(result.profile, result.plan),
+        "step_ms": float(result.step_time_ms),
         "bubble_ratio": bubble_ratio(frame),
         "peaks_gib": [float(x) for x in result.peak_memory_gib],
         "cap_gib": float(result.memory_cap_gib),
         "path": path,
     }
+
+
+def layout_line(name: str, data: dict[str, Any]) -> str:
+    """How far a plan's schedule is above its layout bound (``octopipe_core.layout_bound``).
+
+    >>> from octopipe_core.layout_bound import LayoutBound
+    >>> line = layout_line("x", {"layout_bound": LayoutBound(100, 2, 5, "work"), "step_ms": 103})
+    >>> line.split("; ")[1], line.startswith("x: any schedule of its layout needs >= 100.0 ms")
+    ('this schedule is +3.00%', True)
+    """
+    lb = data["layout_bound"]
+    return (
+        f"{name}: any schedule of its layout needs >= {lb.ms:,.1f} ms (device {lb.device}, "
+        f"stages {lb.stage} on); this schedule is {lb.gap_pct(data['step_ms']):+.2f}%"
+    )
 
 
 def path_summary(path: list[PathLink]) -> str:

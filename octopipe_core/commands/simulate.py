@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from octopipe_core.breakdown import critical_path, time_breakdown
 from octopipe_core.commands.argtypes import CHUNKS, DEVICES, MEMORY_GIB, MICROBATCHES
@@ -17,6 +18,7 @@ from octopipe_core.commands.common import (
     table,
 )
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.layout_bound import plan_layout_bound
 from octopipe_core.limits import check_size
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import SimResult, simulate
@@ -91,9 +93,14 @@ def run(args: argparse.Namespace) -> int:
             saved.meta["memory_cap_gib"] = cap
         save_plan_file(out, saved, prof)
     if args.json:
-        extra = (
-            {"breakdown": [x.to_dict() for x in time_breakdown(result)]} if args.breakdown else {}
-        )
+        extra: dict[str, Any] = {}
+        if args.breakdown:
+            lb = plan_layout_bound(prof, plan)
+            extra = {
+                "breakdown": [x.to_dict() for x in time_breakdown(result)],
+                "layout_bound_ms": round(lb.ms, 6),
+                "gap_to_layout_bound_pct": round(lb.gap_pct(result.step_time_ms), 4),
+            }
         print_json({**result.metrics(), **extra, **({"plan": str(out)} if out else {})})
     else:
         print(report(result))
@@ -124,6 +131,11 @@ def breakdown_report(r: SimResult) -> str:
         f"{path[0].label} on d{path[0].device} to {path[-1].label} on d{path[-1].device}"
         if path
         else "critical path: empty plan"
+    )
+    lb = plan_layout_bound(r.profile, r.plan)
+    tail += (
+        f"\nlayout bound: {lb.describe()}; this schedule is {lb.gap_pct(r.step_time_ms):+.2f}% "
+        "above it"
     )
     return f"{head}\n{table(rows, [*cols, 'bubble_ratio'])}\n{tail}"
 

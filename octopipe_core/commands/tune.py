@@ -155,6 +155,8 @@ def summary(res: TuneResult, name: str, out: str | None) -> str:
         ],
         [f"best_bound_ms ({d['best_bound']})", res.best_bound_ms],
         ["gap to best bound", f"{res.gap_to_best_bound_pct:.2f}%"],
+        ["layout_bound_ms (any schedule of this layout)", d["layout_bound_ms"]],
+        ["gap to layout bound (the schedule's share)", f"{d['gap_to_layout_bound_pct']:.2f}%"],
         ["fits_memory", res.fits_memory],
         ["max_peak_gib / cap", f"{max(res.peak_memory_gib):.2f} / {res.memory_cap_gib:g}"],
         ["best fitting peer", f"{bp[0]} {bp[1]:.2f} ms" if bp else "none fits"],

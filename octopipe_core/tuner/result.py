@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from octopipe_core.bounds import Bounds, plan_bounds
+from octopipe_core.layout_bound import LayoutBound, plan_layout_bound
 from octopipe_core.peers import TUNE_METRICS, PeerTable
 from octopipe_core.plan import Plan
 from octopipe_core.simulator import SimResult
@@ -86,6 +87,12 @@ class TuneResult:
         return 100.0 * (self.step_time_ms / b - 1.0) if b > 0 else 0.0
 
     @property
+    def layout_bound(self) -> LayoutBound:
+        """The least step any schedule of the tuned plan's layout reaches
+        (``layout_bound.py``): the step above it is the schedule's share of the gap."""
+        return plan_layout_bound(self.result.profile, self.plan)
+
+    @property
     def fits_memory(self) -> bool:
         return self.result.fits_memory
 
@@ -110,6 +117,7 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the ``octopipe tune --json`` object, minus the plan path)."""
         bp = self.best_peer()
+        lb = self.layout_bound
         return {
             "step_time_ms": round(self.step_time_ms, 6),
             "lower_bound_ms": round(self.lower_bound_ms, 6),
@@ -120,6 +128,9 @@ class TuneResult:
             "best_bound": self.bounds.best_name if self.bounds is not None else "total",
             "gap_to_best_bound_pct": round(self.gap_to_best_bound_pct, 4),
             "bounds": self.bounds.to_dict() if self.bounds is not None else None,
+            "layout_bound_ms": round(lb.ms, 6),
+            "gap_to_layout_bound_pct": round(lb.gap_pct(self.step_time_ms), 4),
+            "layout_bound": lb.describe(),
             "fits_memory": self.fits_memory,
             "memory_cap_gib": self.memory_cap_gib,
             "peak_memory_gib": [round(x, 4) for x in self.peak_memory_gib],
