@@ -43,10 +43,11 @@ their own time (a shared send stream can only delay them), the memory cap is ign
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from octopipe_core.costs import StageCosts, stage_costs
+from octopipe_core.dp_sync import boundary_comm
 from octopipe_core.plan import Plan
 from octopipe_core.profile import Profile
 
@@ -136,6 +137,9 @@ def layout_bound(costs: StageCosts, placement: list[int], microbatches: int) -> 
 
 
 def plan_layout_bound(profile: Profile, plan: Plan) -> LayoutBound:
-    """``layout_bound`` of ``plan``'s partition, placement and recomputed stages."""
+    """``layout_bound`` of ``plan``'s partition, placement and recomputed stages, with the
+    transfer times the simulator uses (a cluster deployment's link classes included)."""
     costs = stage_costs(profile, plan.partition, plan.recompute)
+    wire, lat = boundary_comm(profile, plan, costs)
+    costs = replace(costs, wire_ms=list(wire), latency_ms=list(lat))
     return layout_bound(costs, list(plan.placement), plan.num_microbatches)

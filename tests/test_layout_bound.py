@@ -7,18 +7,23 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from helpers import hetero_profile
 
 from octopipe_core.cli import main
+from octopipe_core.cluster import load_cluster_sample
 from octopipe_core.costs import activation_budgets_mib, stage_costs
+from octopipe_core.dp_sync import boundary_comm
+from octopipe_core.layout import deploy
 from octopipe_core.layout_bound import FORMS, layout_bound, plan_layout_bound
 from octopipe_core.profile import Profile, load_sample
 from octopipe_core.schedules import PARTITIONS, SCHEDULES, build_plan
 from octopipe_core.simulator import simulate
 from octopipe_core.tuner.exact import _BnB, partitions
+from octopipe_core.tuner.list_scheduler import POLICIES, list_schedule
 
 
 def _best_schedule_ms(
@@ -71,15 +76,35 @@ def test_a_late_heavy_stage_waits_for_the_forward() -> None:
         assert lb.ms <= best <= lb.ms * 1.01  # the best schedule is within 1 % of it
 
 
-@pytest.mark.parametrize("sample", ["nemotron-h-8b", "jamba-v0.1"])
+@pytest.mark.parametrize("sample", ["nemotron-h-8b", "jamba-v0.1", "cluster"])
 def test_every_peer_plan_is_at_or_above_it(sample: str) -> None:
-    prof = load_sample(sample)
+    # on a cluster, stage boundaries cost by link class (NVLink in a node, NICs across)
+    cluster = deploy(load_sample("nemotron-h-8b"), load_cluster_sample("16x8-h800-ib400"), 4, 2)
+    prof = cluster if sample == "cluster" else load_sample(sample)
     for sched in SCHEDULES:
         for part in PARTITIONS:
             plan = build_plan(prof, sched, 4, 8, None, part)
             lb = plan_layout_bound(prof, plan)
             assert lb.form in FORMS
             assert lb.ms <= simulate(prof, plan).step_time_ms + 1e-6, (sched, part)
+
+
+def test_a_cluster_counts_its_own_links() -> None:
+    """Inside a node, NVLink is faster than the profile's own link: with the profile's
+    transfer times the bound would exceed a real schedule of the layout."""
+    prof = deploy(load_sample("tiny-hybrid"), load_cluster_sample("1x8-h800"), 4, 1)
+    plan = build_plan(prof, "zbv", 4, 1, None, "balanced")
+    costs = stage_costs(prof, plan.partition)
+    wire, lat = boundary_comm(prof, plan, costs)
+    fast = replace(costs, wire_ms=list(wire), latency_ms=list(lat))
+    steps = [
+        simulate(prof, replace(plan, schedule=r.order)).step_time_ms
+        for pol in POLICIES
+        if (r := list_schedule(fast, plan.placement, 4, 1, None, pol)) is not None
+    ]
+    lb = plan_layout_bound(prof, plan)
+    assert lb.ms <= min(steps) + 1e-9
+    assert layout_bound(costs, plan.placement, 1).ms > min(steps)  # the profile's links
 
 
 def test_cli_reports_the_layout_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

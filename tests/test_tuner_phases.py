@@ -175,3 +175,7 @@ def test_granularity_floor_is_a_lower_bound_and_explains_the_gap():
     assert floor > r.lower_bound_ms * 1.1  # an LM head and 32 blocks cannot split 8 ways
     assert max(r.result.busy_ms()) >= floor - 1e-6
     assert r.step_time_ms >= floor and "granularity" in r.why
+    # and the schedule's share of the gap, against the layout bound
+    lb = r.layout_bound.ms
+    assert lb <= r.step_time_ms + 1e-6
+    assert "schedule: " in r.why and f"any schedule of this layout reaches ({lb:.0f} ms)" in r.why

@@ -69,6 +69,7 @@ def explain_gap(
     balance_ms: float | None = None,
     granularity_ms: float | None = None,
     uncapped_step_ms: float | None = None,
+    layout_ms: float | None = None,
     threshold: float = 0.05,
 ) -> str:
     """A short "why" for a plan more than ``threshold`` above the lower bound ('' otherwise).
@@ -76,7 +77,9 @@ def explain_gap(
     ``balance_ms`` is the smallest busiest-device compute of the device splits the tuner
     found (layers are indivisible, so the bound may be out of reach), ``granularity_ms`` the
     proven floor of ``granularity_bound``; ``uncapped_step_ms`` the best step time found for
-    the same layout without a memory cap.
+    the same layout without a memory cap; ``layout_ms`` the layout bound (no schedule of the
+    plan's partition and placement does better, ``layout_bound.py``): the step above it is
+    the schedule's share.
     """
     lb, step = r.lower_bound_ms, r.step_time_ms
     if lb <= 0 or step <= lb * (1 + threshold):
@@ -110,6 +113,14 @@ def explain_gap(
         parts.append(f"bubbles: {b['interior']:.0f} ms idle between actions")
     if b["comm"] > 0.1 * gap:
         parts.append(f"communication: {b['comm']:.0f} ms waiting on transfers")
+    if layout_ms is not None and layout_ms > 0:
+        pct = 100 * (step / layout_ms - 1)
+        parts.append(
+            f"schedule: the least step any schedule of this layout reaches ({layout_ms:.0f} ms)"
+            if pct < 0.05
+            else f"schedule: {pct:.1f}% above the least step any schedule of this layout "
+            f"reaches ({layout_ms:.0f} ms)"
+        )
     if uncapped_step_ms is not None and uncapped_step_ms < step * 0.99:
         parts.append(
             f"memory: without the {r.memory_cap_gib:g} GiB cap the same layout reaches "

@@ -224,7 +224,10 @@ def _finish(
     if bounds is None:
         bounds = plan_bounds(ev.profile, ev.devices, ev.microbatches)
     gran = bounds.granularity_ms
-    why = explain_gap(r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc)
+    lb = plan_layout_bound(r.profile, plan).ms
+    why = explain_gap(
+        r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc, layout_ms=lb
+    )
     if shortfall:
         why = str(shortfall["message"]) + ("; " + why if why else "")
     return TuneResult(
