@@ -67,8 +67,8 @@ def layout_line(name: str, data: dict[str, Any]) -> str:
     """
     lb = data["layout_bound"]
     return (
-        f"{name}: any schedule of its layout needs >= {lb.ms:,.1f} ms (device {lb.device}, "
-        f"stages {lb.stage} on); this schedule is {lb.gap_pct(data['step_ms']):+.2f}%"
+        f"{name}: any schedule of its layout needs >= {lb.ms:,.1f} ms (device {lb.device}'s "
+        f"stages from {lb.stage} on); this schedule is {lb.gap_pct(data['step_ms']):+.2f}%"
     )
 
 
