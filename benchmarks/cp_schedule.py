@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from typing import Any
 
 from octopipe_core.costs import stage_costs
 from octopipe_core.layout_bound import plan_layout_bound
@@ -25,46 +26,29 @@ from octopipe_core.plan import Action, Kind, Plan
 from octopipe_core.profile import Profile, load_sample
 from octopipe_core.simulator import simulate
 from octopipe_core.tuner import tune
+from octopipe_core.tuner.justify import Graph
 
 UNITS = 100  # CP-SAT works in integers: 0.01 ms
+KINDS = (Kind.F, Kind.B, Kind.W)  # the order of ``Graph``'s action index
 
 
-def _preds(plan: Plan, hop: list[int], k: Kind, s: int, i: int) -> list[tuple[tuple, int]]:
-    """The actions ``(kind, stage, mb)`` that must end before this one starts, with delays."""
-    S, place = plan.num_stages, plan.placement
-    far = lambda a, b: hop[min(a, b)] if place[a] != place[b] else 0  # noqa: E731
-    out: list[tuple[tuple, int]] = []
-    if k == Kind.F:
-        out += [((Kind.F, s - 1, i), far(s - 1, s))] if s > 0 else []
-    elif k == Kind.B:
-        out.append(((Kind.B, s + 1, i), far(s, s + 1)) if s < S - 1 else ((Kind.F, s, i), 0))
-    else:
-        out.append(((Kind.B, s, i), 0))
-    if i > 0 and k != Kind.W:
-        out.append(((k, s, i - 1), 0))
-    return out
-
-
-def _retime(plan: Plan, dur: dict, hop: list[int]) -> dict[tuple, int]:
+def _retime(plan: Plan, g: Graph, dur: list[int], lag: list[dict[int, int]]) -> list[int]:
     """Integer start times of the plan's device orders (each action as early as its order and
     inputs allow): a feasible hint for CP-SAT."""
-    start: dict[tuple, int] = {}
-    end: dict[tuple, int] = {}
-    pos = [0] * plan.num_devices
-    free = [0] * plan.num_devices
-    left = sum(len(o) for o in plan.schedule)
+    SM = g.S * g.M
+    start, end = [0] * g.N, [-1] * g.N
+    pos, free = [0] * plan.num_devices, [0] * plan.num_devices
+    left = g.N
     while left:
         moved = False
         for d, order in enumerate(plan.schedule):
             while pos[d] < len(order):
-                a = order[pos[d]]
-                key = (a.kind, a.stage, a.mb)
-                ps = _preds(plan, hop, *key)
-                if any(q not in end for q, _ in ps):
+                x = order[pos[d]]
+                a = KINDS.index(x.kind) * SM + x.stage * g.M + x.mb
+                if any(end[p] < 0 for p in lag[a]):
                     break
-                t = max([free[d]] + [end[q] + lag for q, lag in ps])
-                start[key], end[key] = t, t + dur[a.kind][a.stage]
-                free[d] = end[key]
+                start[a] = max([free[d]] + [end[p] + q for p, q in lag[a].items()])
+                end[a] = free[d] = start[a] + dur[a]
                 pos[d] += 1
                 left -= 1
                 moved = True
@@ -74,43 +58,41 @@ def _retime(plan: Plan, dur: dict, hop: list[int]) -> dict[tuple, int]:
 
 
 def solve(prof: Profile, plan: Plan, time_s: float) -> tuple[Plan, float, float]:
-    """CP-SAT on ``plan``'s layout: (best plan found, its objective ms, proven bound ms)."""
+    """CP-SAT on ``plan``'s layout: (best plan found, its objective ms, proven bound ms).
+    The actions and their dependencies are the justify passes' graph (``tuner/justify.py``),
+    in integer units."""
     from ortools.sat.python import cp_model
 
-    c = stage_costs(prof, plan.partition)
-    S, M, place = plan.num_stages, plan.num_microbatches, plan.placement
-    dur = {
-        k: [max(1, round(x * UNITS)) for x in arr]
-        for k, arr in ((Kind.F, c.f_ms), (Kind.B, c.b_ms), (Kind.W, c.w_ms))
-    }
-    hop = [round((c.wire_ms[s] + c.latency_ms[s]) * UNITS) for s in range(S)]
-    hint = _retime(plan, dur, hop)
-    horizon = int(max(hint[k] + dur[k[0]][k[1]] for k in hint) * 1.05) + 10
+    g = Graph(stage_costs(prof, plan.partition), plan.placement, plan.num_microbatches)
+    dur = [max(1, round(x * UNITS)) for x in g.dur]
+    lag = [{p: round(delay * UNITS) for p, delay in ps} for ps in g.preds]
+    hint = _retime(plan, g, dur, lag)
+    horizon = int(max(h + x for h, x in zip(hint, dur, strict=True)) * 1.05) + 10
     m = cp_model.CpModel()
-    st, en, by_dev = {}, {}, [[] for _ in range(plan.num_devices)]
-    for key in hint:
-        k, s, _i = key
-        st[key] = m.NewIntVar(0, horizon, "")
-        en[key] = m.NewIntVar(0, horizon, "")
-        by_dev[place[s]].append(m.NewIntervalVar(st[key], dur[k][s], en[key], ""))
-        m.AddHint(st[key], hint[key])
-    for key in hint:
-        for q, lag in _preds(plan, hop, *key):
-            m.Add(st[key] >= en[q] + lag)
+    st = [m.NewIntVar(0, horizon, "") for _ in range(g.N)]
+    en = [m.NewIntVar(0, horizon, "") for _ in range(g.N)]
+    by_dev: list[list[Any]] = [[] for _ in range(plan.num_devices)]
+    for a in range(g.N):
+        by_dev[g.device[a]].append(m.NewIntervalVar(st[a], dur[a], en[a], ""))
+        m.AddHint(st[a], hint[a])
+        for p, q in lag[a].items():
+            m.Add(st[a] >= en[p] + q)
     for ivs in by_dev:
         m.AddNoOverlap(ivs)
     span = m.NewIntVar(0, horizon, "span")
-    m.AddMaxEquality(span, [en[(Kind.W, s, i)] for s in range(S) for i in range(M)])
+    m.AddMaxEquality(span, en)
     m.Minimize(span)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_s
     solver.parameters.num_workers = 2
     solver.Solve(m)
+    SM = g.S * g.M
     orders: list[list[tuple[int, int, Action]]] = [[] for _ in range(plan.num_devices)]
-    for (k, s, i), var in st.items():
-        orders[place[s]].append((solver.Value(var), s, Action(s, k, i)))
-    sched = [[a for *_, a in sorted(o)] for o in orders]
-    best = dataclasses.replace(plan, schedule=sched)
+    for a in range(g.N):
+        k, rest = divmod(a, SM)
+        s, i = divmod(rest, g.M)
+        orders[g.device[a]].append((solver.Value(st[a]), s, Action(s, KINDS[k], i)))
+    best = dataclasses.replace(plan, schedule=[[x for *_, x in sorted(o)] for o in orders])
     return best, solver.ObjectiveValue() / UNITS, solver.BestObjectiveBound() / UNITS
 
 

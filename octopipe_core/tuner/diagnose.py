@@ -23,6 +23,7 @@ With ``busy_d`` the compute time of device ``d`` and ``d*`` the busiest device,
 from __future__ import annotations
 
 from octopipe_core.bounds import granularity_bound
+from octopipe_core.layout_bound import LayoutBound
 from octopipe_core.plan import Action
 from octopipe_core.simulator import SimResult
 
@@ -69,7 +70,7 @@ def explain_gap(
     balance_ms: float | None = None,
     granularity_ms: float | None = None,
     uncapped_step_ms: float | None = None,
-    layout_ms: float | None = None,
+    layout: LayoutBound | None = None,
     threshold: float = 0.05,
 ) -> str:
     """A short "why" for a plan more than ``threshold`` above the lower bound ('' otherwise).
@@ -77,7 +78,7 @@ def explain_gap(
     ``balance_ms`` is the smallest busiest-device compute of the device splits the tuner
     found (layers are indivisible, so the bound may be out of reach), ``granularity_ms`` the
     proven floor of ``granularity_bound``; ``uncapped_step_ms`` the best step time found for
-    the same layout without a memory cap; ``layout_ms`` the layout bound (no schedule of the
+    the same layout without a memory cap; ``layout`` the layout bound (no schedule of the
     plan's partition and placement does better, ``layout_bound.py``): the step above it is
     the schedule's share.
     """
@@ -113,13 +114,11 @@ def explain_gap(
         parts.append(f"bubbles: {b['interior']:.0f} ms idle between actions")
     if b["comm"] > 0.1 * gap:
         parts.append(f"communication: {b['comm']:.0f} ms waiting on transfers")
-    if layout_ms is not None and layout_ms > 0:
-        pct = 100 * (step / layout_ms - 1)
+    if layout is not None and layout.ms > 0:
+        pct = layout.gap_pct(step)
+        above = "the" if pct < 0.05 else f"{pct:.1f}% above the"
         parts.append(
-            f"schedule: the least step any schedule of this layout reaches ({layout_ms:.0f} ms)"
-            if pct < 0.05
-            else f"schedule: {pct:.1f}% above the least step any schedule of this layout "
-            f"reaches ({layout_ms:.0f} ms)"
+            f"schedule: {above} least step any schedule of this layout reaches ({layout.ms:.0f} ms)"
         )
     if uncapped_step_ms is not None and uncapped_step_ms < step * 0.99:
         parts.append(

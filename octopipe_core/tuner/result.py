@@ -59,6 +59,9 @@ class TuneResult:
     start: str
     start_step_time_ms: float
     baselines: PeerTable
+    # the least step any schedule of the plan's layout reaches (``layout_bound.py``): the
+    # step above it is the schedule's share of the gap
+    layout_bound: LayoutBound
     history: list[dict[str, Any]] = field(default_factory=list)
     shortfall: dict[str, Any] | None = None
     why: str = ""
@@ -85,12 +88,6 @@ class TuneResult:
         """How far the tuned step is above ``best_bound_ms``, in %."""
         b = self.best_bound_ms
         return 100.0 * (self.step_time_ms / b - 1.0) if b > 0 else 0.0
-
-    @property
-    def layout_bound(self) -> LayoutBound:
-        """The least step any schedule of the tuned plan's layout reaches
-        (``layout_bound.py``): the step above it is the schedule's share of the gap."""
-        return plan_layout_bound(self.result.profile, self.plan)
 
     @property
     def fits_memory(self) -> bool:
@@ -224,10 +221,8 @@ def _finish(
     if bounds is None:
         bounds = plan_bounds(ev.profile, ev.devices, ev.microbatches)
     gran = bounds.granularity_ms
-    lb = plan_layout_bound(r.profile, plan).ms
-    why = explain_gap(
-        r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc, layout_ms=lb
-    )
+    lb = plan_layout_bound(r.profile, plan)
+    why = explain_gap(r, balance_ms=balance, granularity_ms=gran, uncapped_step_ms=unc, layout=lb)
     if shortfall:
         why = str(shortfall["message"]) + ("; " + why if why else "")
     return TuneResult(
@@ -242,6 +237,7 @@ def _finish(
         start=start,
         start_step_time_ms=start_ms,
         baselines=baselines,
+        layout_bound=lb,
         history=history,
         shortfall=shortfall,
         why=why,
