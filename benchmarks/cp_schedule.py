@@ -9,14 +9,23 @@ from the tuned schedule as a hint. Prints the tuned step, the layout bound
 bound it proved. ``--layers N`` keeps the first ``N - 1`` layers and the last (a smaller
 model of the same pattern, small enough for CP-SAT to finish).
 
+Where the whole problem is too large, ``--window-ms W`` searches it window by window instead
+(a large-neighbourhood search): the actions that end before the window stay where they are,
+those that start after it keep their order on their device, and only the window's actions
+are free; the windows start every ``--step-ms`` and the best schedule carries on to the next.
+Its results are schedules, not bounds.
+
     pip install ortools   # this script only; not a dependency of OctoPipe
     python benchmarks/cp_schedule.py nemotron-h-56b 8 16 --layers 30 --cp-time-s 120
+    python benchmarks/cp_schedule.py nemotron-h-56b 8 16 --window-ms 300 --step-ms 150 \
+        --cp-time-s 30
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import time
 from typing import Any
 
@@ -57,10 +66,14 @@ def _retime(plan: Plan, g: Graph, dur: list[int], lag: list[dict[int, int]]) -> 
     return start
 
 
-def solve(prof: Profile, plan: Plan, time_s: float) -> tuple[Plan, float, float]:
+def solve(
+    prof: Profile, plan: Plan, time_s: float, window: tuple[float, float] | None = None
+) -> tuple[Plan, float, float]:
     """CP-SAT on ``plan``'s layout: (best plan found, its objective ms, proven bound ms).
     The actions and their dependencies are the justify passes' graph (``tuner/justify.py``),
-    in integer units."""
+    in integer units. With ``window`` (start, width in ms) only the actions of that window of
+    the plan's schedule are free (module docstring); the bound then holds for that
+    neighbourhood only."""
     from ortools.sat.python import cp_model
 
     g = Graph(stage_costs(prof, plan.partition), plan.placement, plan.num_microbatches)
@@ -68,19 +81,30 @@ def solve(prof: Profile, plan: Plan, time_s: float) -> tuple[Plan, float, float]
     lag = [{p: round(delay * UNITS) for p, delay in ps} for ps in g.preds]
     hint = _retime(plan, g, dur, lag)
     horizon = int(max(h + x for h, x in zip(hint, dur, strict=True)) * 1.05) + 10
+    t0, t1 = (
+        (0, horizon) if window is None else (round(window[0] * UNITS), round(sum(window) * UNITS))
+    )
+    fixed = [hint[a] + dur[a] <= t0 for a in range(g.N)]
     m = cp_model.CpModel()
-    st = [m.NewIntVar(0, horizon, "") for _ in range(g.N)]
-    en = [m.NewIntVar(0, horizon, "") for _ in range(g.N)]
+    st, en = list(hint), [h + x for h, x in zip(hint, dur, strict=True)]
     by_dev: list[list[Any]] = [[] for _ in range(plan.num_devices)]
     for a in range(g.N):
-        by_dev[g.device[a]].append(m.NewIntervalVar(st[a], dur[a], en[a], ""))
-        m.AddHint(st[a], hint[a])
-        for p, q in lag[a].items():
-            m.Add(st[a] >= en[p] + q)
-    for ivs in by_dev:
+        if not fixed[a]:  # an action under way at t0 may keep its start
+            st[a] = m.NewIntVar(min(hint[a], t0), horizon, "")
+            en[a] = m.NewIntVar(min(hint[a], t0), horizon, "")
+            by_dev[g.device[a]].append(m.NewIntervalVar(st[a], dur[a], en[a], ""))
+            m.AddHint(st[a], hint[a])
+    for a in range(g.N):  # once every free action has its variables
+        if not fixed[a]:
+            for p, q in lag[a].items():
+                m.Add(st[a] >= en[p] + q)
+    for d, ivs in enumerate(by_dev):
         m.AddNoOverlap(ivs)
+        later = sorted((hint[a], a) for a in range(g.N) if g.device[a] == d and hint[a] >= t1)
+        for (_, x), (_, y) in itertools.pairwise(later):
+            m.Add(st[y] >= en[x])
     span = m.NewIntVar(0, horizon, "span")
-    m.AddMaxEquality(span, en)
+    m.AddMaxEquality(span, [en[a] for a in range(g.N) if not fixed[a]])
     m.Minimize(span)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_s
@@ -91,9 +115,27 @@ def solve(prof: Profile, plan: Plan, time_s: float) -> tuple[Plan, float, float]
     for a in range(g.N):
         k, rest = divmod(a, SM)
         s, i = divmod(rest, g.M)
-        orders[g.device[a]].append((solver.Value(st[a]), s, Action(s, KINDS[k], i)))
+        at = hint[a] if fixed[a] else solver.Value(st[a])
+        orders[g.device[a]].append((at, s, Action(s, KINDS[k], i)))
     best = dataclasses.replace(plan, schedule=[[x for *_, x in sorted(o)] for o in orders])
     return best, solver.ObjectiveValue() / UNITS, solver.BestObjectiveBound() / UNITS
+
+
+def search_windows(
+    prof: Profile, plan: Plan, width_ms: float, step_ms: float, time_s: float
+) -> Plan:
+    """The large-neighbourhood search of the module docstring: one CP-SAT solve per window,
+    keeping each better schedule (re-simulated); prints a line per window."""
+    best_ms = simulate(prof, plan).step_time_ms
+    t0 = 0.0
+    while t0 < best_ms:
+        got, _, _ = solve(prof, plan, time_s, (t0, width_ms))
+        ms = simulate(prof, got).step_time_ms
+        print(f"  window {t0:,.0f}-{t0 + width_ms:,.0f} ms: {ms:,.2f} ms", flush=True)
+        if ms < best_ms - 1e-9:
+            plan, best_ms = got, ms
+        t0 += step_ms
+    return plan
 
 
 def main() -> int:
@@ -104,6 +146,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=0, help="keep the first N-1 layers + the last")
     ap.add_argument("--tune-s", type=float, default=8.0, help="tuner budget (s)")
     ap.add_argument("--cp-time-s", type=float, default=120.0, help="CP-SAT time limit (s)")
+    ap.add_argument("--window-ms", type=float, default=0.0, help="search window by window")
+    ap.add_argument("--step-ms", type=float, default=0.0, help="window start step (ms)")
     args = ap.parse_args()
     try:
         import ortools  # noqa: F401
@@ -123,6 +167,15 @@ def main() -> int:
         flush=True,
     )
     t0 = time.perf_counter()
+    if args.window_ms > 0:
+        got = search_windows(
+            prof, r.plan, args.window_ms, args.step_ms or args.window_ms / 2, args.cp_time_s
+        )
+        print(
+            f"CP-SAT window by window ({time.perf_counter() - t0:.0f} s): "
+            f"{simulate(prof, got).step_time_ms:,.2f} ms (tuned {r.step_time_ms:,.2f})"
+        )
+        return 0
     best, found, proven = solve(prof, r.plan, args.cp_time_s)
     sim = simulate(prof, best).step_time_ms
     print(
