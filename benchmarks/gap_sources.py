@@ -20,7 +20,7 @@ variant's own ``best_bound_ms`` (``octopipe_core/bounds.py``).
 from __future__ import annotations
 
 import argparse
-import json
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tuner import budget_for
 
-from octopipe_core.profile import Profile, _sample_files
+from octopipe_core.profile import Profile, load_sample
 from octopipe_core.tuner import tune
 
 TIMES = ("forward_ms", "backward_input_ms", "backward_weight_ms")
@@ -45,14 +45,14 @@ def variants(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     mean = {k: sum(types[t][k] * count[t] for t in blocks) / n for k in TIMES}
 
     def with_times(names: list[str]) -> dict[str, Any]:
-        d = json.loads(json.dumps(data))
+        d = copy.deepcopy(data)
         for t in names:
             d["layer_types"][t].update(mean)
         return d
 
     out = [("as is", data), ("blocks equal", with_times(blocks))]
     out += [(f"{t} at the mean", with_times([t])) for t in blocks]
-    free = json.loads(json.dumps(data))
+    free = copy.deepcopy(data)
     free["device"].update(p2p_latency_us=0.0, p2p_gbps=1e9)
     out.append(("free transfers", free))
     return out
@@ -63,12 +63,11 @@ def main() -> int:
     ap.add_argument("cells", nargs="+", help="PROFILE:P:M, e.g. nemotron-h-56b:8:16")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every budget")
     args = ap.parse_args()
-    files = _sample_files()
     print("| cell | variant | tuned ms | best bound ms | gap | layout bound ms |")
     print("|---|---|---|---|---|---|")
     for cell in args.cells:
         name, p, m = cell.split(":")
-        data = json.loads(files[name].read_bytes())
+        data = load_sample(name).to_dict()
         for label, d in variants(data):
             prof = Profile.from_dict(d)
             r = tune(prof, int(p), int(m), time_budget_s=budget_for(int(p), int(m), args.scale),
