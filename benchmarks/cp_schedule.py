@@ -109,7 +109,8 @@ def solve(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_s
     solver.parameters.num_workers = 2
-    solver.Solve(m)
+    if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # no schedule in time
+        return plan, float("inf"), solver.BestObjectiveBound() / UNITS
     SM = g.S * g.M
     orders: list[list[tuple[int, int, Action]]] = [[] for _ in range(plan.num_devices)]
     for a in range(g.N):
