@@ -52,6 +52,28 @@ SEED_CELLS = [("llama-3-8b", 8, 32), ("nemotron-h-8b", 8, 64), ("jamba-v0.1", 16
               ("nemotron-h-56b", 64, 128)]  # fmt: skip
 
 
+def cell_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line of a script that runs chosen grid cells (``PROFILE:P:M`` each, parsed
+    to ``(name, p, m)``) with the grid's budgets times ``--scale``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument(
+        "cells", nargs="+", type=parse_cell, help="PROFILE:P:M, e.g. nemotron-h-56b:8:16"
+    )
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every budget")
+    return ap
+
+
+def parse_cell(text: str) -> tuple[str, int, int]:
+    """``PROFILE:P:M`` as ``(name, p, m)``; a one-line error otherwise."""
+    name, *rest = text.split(":")
+    if len(rest) != 2 or not all(x.isdigit() and int(x) > 0 for x in rest):
+        raise argparse.ArgumentTypeError(
+            f"cell '{text}': expected PROFILE:P:M with P devices and M micro-batches, "
+            "e.g. nemotron-h-56b:8:16"
+        )
+    return name, int(rest[0]), int(rest[1])
+
+
 def budget_for(p: int, m: int, scale: float) -> float:
     """Seconds of search for one cell: more for bigger pipelines (each plan costs more)."""
     size = p * m

@@ -19,7 +19,6 @@ variant's own ``best_bound_ms`` (``octopipe_core/bounds.py``).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_tuner import budget_for
+from bench_tuner import budget_for, cell_parser
 
 from octopipe_core.profile import Profile, load_sample
 from octopipe_core.tuner import tune
@@ -59,20 +58,15 @@ def variants(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cells", nargs="+", help="PROFILE:P:M, e.g. nemotron-h-56b:8:16")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every budget")
-    args = ap.parse_args()
+    args = cell_parser(__doc__).parse_args()
     print("| cell | variant | tuned ms | best bound ms | gap | layout bound ms |")
     print("|---|---|---|---|---|---|")
-    for cell in args.cells:
-        name, p, m = cell.split(":")
+    for name, p, m in args.cells:
         data = load_sample(name).to_dict()
         for label, d in variants(data):
             prof = Profile.from_dict(d)
-            r = tune(prof, int(p), int(m), time_budget_s=budget_for(int(p), int(m), args.scale),
-                     seed=0)  # fmt: skip
-            assert r.bounds is not None and r.layout_bound is not None
+            r = tune(prof, p, m, time_budget_s=budget_for(p, m, args.scale), seed=0)
+            assert r.bounds is not None
             print(
                 f"| {name} p={p} m={m} | {label} | {r.step_time_ms:,.1f} | "
                 f"{r.bounds.best_ms:,.1f} | {r.gap_to_best_bound_pct:+.2f} % | "

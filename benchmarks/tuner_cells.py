@@ -6,23 +6,18 @@ print one line per cell, without touching the docs: a quick check of a few cells
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_tuner import run_cell
+from bench_tuner import cell_parser, run_cell
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cells", nargs="+", help="PROFILE:P:M, e.g. nemotron-h-56b:32:64")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every budget")
-    args = ap.parse_args()
-    for cell in args.cells:
-        name, p, m = cell.split(":")
-        r = run_cell(name, int(p), int(m), args.scale)
+    args = cell_parser(__doc__).parse_args()
+    for name, p, m in args.cells:
+        r = run_cell(name, p, m, args.scale)
         peer = r["peer"]
         print(
             f"{name} p={p} m={m}: tuned {r['tuned']:,.1f} ms, bound {r['bound']:,.1f} "

@@ -130,7 +130,7 @@ def layout_bound(costs: StageCosts, placement: list[int], microbatches: int) -> 
             ):
                 if v > best.ms:
                     best = LayoutBound(v, d, s, form)
-        v = U[hi] + m * sum(b[s] + w[s] for s in mine)
+        v = U[hi] + m * (work - fw)  # all its stages' B and W
         if v > best.ms:
             best = LayoutBound(v, d, mine[0], FORMS[3])
     return best
