@@ -14,7 +14,11 @@ Each job's output streams live, prefixed with its name; the exit status is non-z
 job fails or selects no test. With arguments (``tests/test_plan.py -x``), one pytest runs
 them instead.
 
-Usage: ``python .ci/lanes.py [PYTEST_ARGS...]`` (``bash .ci/run`` passes its arguments on).
+``--fast`` runs only the in-process tests, in the same shards, in the foreground: the fast lane
+for development (no multi-process, browser or wheel test).
+
+Usage: ``python .ci/lanes.py [--fast | PYTEST_ARGS...]`` (``bash .ci/run`` passes its arguments
+on).
 """
 
 from __future__ import annotations
@@ -97,22 +101,36 @@ def failed(codes: dict[str, int]) -> int:
     return 1 if bad else 0
 
 
-def main(args: list[str]) -> int:
-    if args:
-        return subprocess.call([*PYTEST, "--durations=15", *args])
-    t0 = time.monotonic()
-    claims = tempfile.mkdtemp(prefix="octopipe-test-claims-")  # tests/conftest.py shares them
-    background = {
+def plan_jobs(
+    claims: str, fast: bool = False
+) -> tuple[dict[str, tuple[list[str], dict[str, str]]], set[str]]:
+    """The jobs of a whole run and the names of those in the background. ``fast``: only the
+    in-process tests, in ``SHARDS`` shards in the foreground (nothing else wants the cores)."""
+    shards = {
         f"in-process {i + 1}/{SHARDS}": (
             ["-m", IN_PROCESS, "--durations=8"],
             {"OCTOPIPE_TEST_CLAIMS": claims},
         )
         for i in range(SHARDS)
     }
-    background["browser, wheel"] = (["-m", BESIDE], {})
+    if fast:
+        return shards, set()
+    background = {**shards, "browser, wheel": (["-m", BESIDE], {})}
     jobs = {"processes": (["-m", ALONE, "--durations=15"], {}), **background}
+    return jobs, set(background)
+
+
+def main(args: list[str]) -> int:
+    fast = args == ["--fast"]
+    if args and not fast:
+        return subprocess.call([*PYTEST, "--durations=15", *args])
+    t0 = time.monotonic()
+    claims = tempfile.mkdtemp(prefix="octopipe-test-claims-")  # tests/conftest.py shares them
+    jobs, background = plan_jobs(claims, fast)
     print(
-        f"== multi-process tests in the foreground; in-process tests in {SHARDS} shards, "
+        f"== in-process tests only, in {SHARDS} shards"
+        if fast
+        else f"== multi-process tests in the foreground; in-process tests in {SHARDS} shards, "
         "browser and wheel tests at idle priority",
         flush=True,
     )

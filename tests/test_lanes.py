@@ -47,6 +47,22 @@ def test_every_marker_of_the_suite_is_one_the_lanes_know() -> None:
     assert names - {""} == {"dist", "e2e", "wheel"}, names
 
 
+def test_fast_lane_runs_only_the_in_process_shards_in_the_foreground() -> None:
+    """``--fast`` keeps the in-process shards (sharing one claims folder) and drops the
+    multi-process, browser and wheel jobs; a whole run has all three lanes, only the
+    multi-process one in the foreground."""
+    lanes = _lanes()
+    jobs, background = lanes.plan_jobs("CLAIMS", fast=True)  # type: ignore[attr-defined]
+    assert background == set() and len(jobs) == lanes.SHARDS >= 2  # type: ignore[attr-defined]
+    for args, env in jobs.values():
+        assert args[args.index("-m") + 1] == lanes.IN_PROCESS  # type: ignore[attr-defined]
+        assert env == {"OCTOPIPE_TEST_CLAIMS": "CLAIMS"}
+    jobs, background = lanes.plan_jobs("CLAIMS")  # type: ignore[attr-defined]
+    exprs = {args[args.index("-m") + 1] for args, _ in jobs.values()}
+    assert exprs == {lanes.IN_PROCESS, lanes.BESIDE, lanes.ALONE}  # type: ignore[attr-defined]
+    assert set(jobs) - background == {"processes"}
+
+
 def test_shards_share_the_tests_out_without_loss_or_overlap(tmp_path: Path) -> None:
     """Three pytest processes on the same tests with one claims folder (as ``.ci/lanes.py``
     starts the in-process shards) run every test exactly once between them, and a slow test
