@@ -122,6 +122,12 @@ def plan_jobs(
 
 def main(args: list[str]) -> int:
     fast = args == ["--fast"]
+    if "--fast" in args and not fast:
+        print(
+            "lanes.py: --fast takes no other argument (pytest arguments run one pytest)",
+            file=sys.stderr,
+        )
+        return 2
     if args and not fast:
         return subprocess.call([*PYTEST, "--durations=15", *args])
     t0 = time.monotonic()

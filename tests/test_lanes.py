@@ -47,7 +47,9 @@ def test_every_marker_of_the_suite_is_one_the_lanes_know() -> None:
     assert names - {""} == {"dist", "e2e", "wheel"}, names
 
 
-def test_fast_lane_runs_only_the_in_process_shards_in_the_foreground() -> None:
+def test_fast_lane_runs_only_the_in_process_shards_in_the_foreground(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``--fast`` keeps the in-process shards (sharing one claims folder) and drops the
     multi-process, browser and wheel jobs; a whole run has all three lanes, only the
     multi-process one in the foreground."""
@@ -61,6 +63,8 @@ def test_fast_lane_runs_only_the_in_process_shards_in_the_foreground() -> None:
     exprs = {args[args.index("-m") + 1] for args, _ in jobs.values()}
     assert exprs == {lanes.IN_PROCESS, lanes.BESIDE, lanes.ALONE}  # type: ignore[attr-defined]
     assert set(jobs) - background == {"processes"}
+    assert lanes.main(["--fast", "-x"]) == 2  # type: ignore[attr-defined]
+    assert "--fast takes no other argument" in capsys.readouterr().err
 
 
 def test_shards_share_the_tests_out_without_loss_or_overlap(tmp_path: Path) -> None:
