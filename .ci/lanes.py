@@ -133,13 +133,9 @@ def main(args: list[str]) -> int:
     t0 = time.monotonic()
     claims = tempfile.mkdtemp(prefix="octopipe-test-claims-")  # tests/conftest.py shares them
     jobs, background = plan_jobs(claims, fast)
-    print(
-        f"== in-process tests only, in {SHARDS} shards"
-        if fast
-        else f"== multi-process tests in the foreground; in-process tests in {SHARDS} shards, "
-        "browser and wheel tests at idle priority",
-        flush=True,
-    )
+    shards = f"in-process tests in {SHARDS} shards"
+    others = "; multi-process tests in the foreground, browser and wheel tests at idle priority"
+    print(f"== {shards}{'' if fast else others}", flush=True)
     try:
         codes = run_together(jobs, background=background)
     finally:
