@@ -37,8 +37,8 @@ import time
 from typing import Any
 
 from octopipe_core.costs import stage_costs
-from octopipe_core.layout_bound import plan_layout_bound
 from octopipe_core.plan import Action, Kind, Plan
+from octopipe_core.plan_diff import layer_devices
 from octopipe_core.profile import Profile, load_sample
 from octopipe_core.simulator import simulate
 from octopipe_core.tuner import tune
@@ -71,6 +71,17 @@ def _retime(plan: Plan, g: Graph, dur: list[int], lag: list[dict[int, int]]) -> 
         if not moved:
             raise SystemExit("the plan's orders deadlock (not a valid plan)")
     return start
+
+
+def _run(model: Any, time_s: float) -> tuple[Any, bool]:
+    """CP-SAT on ``model`` for ``time_s`` on 2 workers: the solver, and whether it found a
+    solution in time."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_s
+    solver.parameters.num_workers = 2
+    return solver, solver.Solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def solve(
@@ -113,10 +124,8 @@ def solve(
     span = m.NewIntVar(0, horizon, "span")
     m.AddMaxEquality(span, [en[a] for a in range(g.N) if not fixed[a]])
     m.Minimize(span)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_s
-    solver.parameters.num_workers = 2
-    if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # no schedule in time
+    solver, found = _run(m, time_s)
+    if not found:  # no schedule in time
         return plan, float("inf"), solver.BestObjectiveBound() / UNITS
     SM = g.S * g.M
     orders: list[list[tuple[int, int, Action]]] = [[] for _ in range(plan.num_devices)]
@@ -146,7 +155,7 @@ def one_layer_a_stage(plan: Plan) -> Plan:
                 out += [Action(layer, kind, a.mb) for layer in up]
         expand.append(out)
     n = plan.partition[-1][1]
-    owner = [plan.placement[s] for s, (lo, hi) in enumerate(plan.partition) for _ in range(lo, hi)]
+    owner = [d for d in layer_devices(plan, n) if d is not None]  # a plan holds every layer
     return dataclasses.replace(
         plan, partition=[(i, i + 1) for i in range(n)], placement=owner, schedule=expand
     )
@@ -223,10 +232,8 @@ def solve_plan(
     m.AddMaxEquality(span, list(en.values()))
     m.Add(span >= math.floor(floor_ms * UNITS))
     m.Minimize(span)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_s
-    solver.parameters.num_workers = 2
-    if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solver, found = _run(m, time_s)
+    if not found:  # no plan in time
         return hint, float("inf"), solver.BestObjectiveBound() / UNITS
     place = [next(d for d in range(P) if solver.Value(x[layer][d])) for layer in range(L)]
     orders: list[list[tuple[int, int, Action]]] = [[] for _ in range(P)]
@@ -279,7 +286,7 @@ def main() -> int:
         prof = dataclasses.replace(prof, layers=prof.layers[: args.layers - 1] + prof.layers[-1:])
     t0 = time.perf_counter()
     r = tune(prof, args.devices, args.microbatches, time_budget_s=args.tune_s, seed=0)
-    lb = plan_layout_bound(prof, r.plan)
+    lb = r.layout_bound
     print(
         f"{args.profile} ({prof.num_layers} layers) p={args.devices} m={args.microbatches}: "
         f"tuned {r.step_time_ms:,.2f} ms ({r.plan.num_stages} stages, "
