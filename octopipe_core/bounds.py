@@ -610,4 +610,21 @@ def plan_bounds(
         packing_ms=packing_bound(work, devices, m),
     )
     fill = fill_packing_bound(lt, devices, m, hop, floor_ms=b.best_ms)
-    return replace(b, fill_packing_ms=fill)
+    b = replace(b, fill_packing_ms=fill)
+    rt = profile.runtime
+    if rt.has_tail or any(rt.op_ms(k) for k in ("F", "B", "W", "BW")):
+        # The layer-time bounds hold with fixed costs per op too (an op costs at least its
+        # layers); every device runs at least M forwards and M backwards of some stage, and
+        # every step ends with its tail after the last op.
+        per_dev = m * (rt.op_ms("F") + min(rt.op_ms("B") + rt.op_ms("W"), rt.op_ms("BW")))
+        t = rt.step_tail_ms
+        b = Bounds(
+            total_ms=b.total_ms + per_dev + t,
+            any_assignment_ms=b.any_assignment_ms + t,
+            layer_ms=b.layer_ms + t,
+            granularity_ms=b.granularity_ms + t,
+            contiguous_ms=None if b.contiguous_ms is None else b.contiguous_ms + t,
+            packing_ms=b.packing_ms + t,
+            fill_packing_ms=b.fill_packing_ms + t,
+        )
+    return b

@@ -1,4 +1,14 @@
-"""Stage-level costs: a profile's per-layer costs summed over each stage of a plan.
+"""The cost model of a plan's ops: what each F, B, W and fused BW op of a stage takes in time
+and memory. The simulator, its graph form, the tuner's list scheduler and its justify passes
+all read these terms (``StageCosts.ops``); nothing else computes an op's cost.
+
+An op's time is the sum of its stage's layers' times plus the profile's fixed cost per op of
+that kind (``profile.runtime``, fitted by ``octopipe calibrate``; 0 in a profile that times
+each layer alone). A fused BW costs its layers' B and W times plus one BW fixed cost.
+
+An op's memory (MiB): F allocates the stage's activations at its start; B frees all of them
+but the W stash at its end, W frees the stash, BW frees all; a B or BW also holds the stage's
+working memory while it runs (``workspace_mib``).
 
 With selective recomputation of a stage (``recompute``), its F keeps only the stage's input
 (the previous layer's output; nothing for stage 0) in ``activation_mib``; its B first runs the
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from octopipe_core.profile import Profile
 
@@ -52,8 +63,65 @@ class StageCosts:
     def num_stages(self) -> int:
         return len(self.f_ms)
 
+    # per stage, a fused BW op's time (its layers' B + W and one BW fixed cost); empty: b + w
+    bw_ms: list[float] = field(default_factory=list)
+
     def total_ms(self, s: int) -> float:
         return self.f_ms[s] + self.b_ms[s] + self.w_ms[s]
+
+    @cached_property
+    def ops(self) -> OpTable:
+        """Every op's time and memory terms, per kind and stage (computed once)."""
+        return op_table(self)
+
+
+KINDS = ("F", "B", "W", "BW")
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Per op kind (F, B, W, BW), per stage: the op's time and memory terms.
+
+    * ``ms``: its duration;
+    * ``alloc_mib``: what it allocates at its start (F: the activations; a recomputing B: the
+      recomputed ones);
+    * ``hold_mib``: what it holds on top only while it runs (a backward's working memory);
+    * ``free_mib``: what it frees at its end.
+
+    >>> from octopipe_core.profile import Profile, example_profile_dict
+    >>> t = stage_costs(Profile.from_dict(example_profile_dict()), [(0, 2), (2, 4)]).ops
+    >>> t.ms["BW"][1] == t.ms["B"][1] + t.ms["W"][1], t.alloc_mib["F"][0]
+    (True, 200.0)
+    """
+
+    ms: dict[str, list[float]]
+    alloc_mib: dict[str, list[float]]
+    hold_mib: dict[str, list[float]]
+    free_mib: dict[str, list[float]]
+
+    def net_mib(self, kind: str, s: int) -> float:
+        """What one op of ``kind`` on stage ``s`` leaves allocated once it ends (MiB)."""
+        return self.alloc_mib[kind][s] - self.free_mib[kind][s]
+
+
+def op_table(c: StageCosts) -> OpTable:
+    """The time and memory terms of every op kind of every stage of ``c``."""
+    n = c.num_stages
+    rec = c.recompute_mib or [0.0] * n
+    ws = c.workspace_mib or [0.0] * n
+    act, stash, zero = c.activation_mib, c.stash_mib, [0.0] * n
+    bw = c.bw_ms or [b + w for b, w in zip(c.b_ms, c.w_ms, strict=True)]
+    return OpTable(
+        ms={"F": c.f_ms, "B": c.b_ms, "W": c.w_ms, "BW": bw},
+        alloc_mib={"F": act, "B": rec, "W": zero, "BW": rec},
+        hold_mib={"F": zero, "B": ws, "W": zero, "BW": ws},
+        free_mib={
+            "F": zero,
+            "B": [a + r - st for a, r, st in zip(act, rec, stash, strict=True)],
+            "W": stash,
+            "BW": [a + r for a, r in zip(act, rec, strict=True)],
+        },
+    )
 
 
 def stage_costs(
@@ -93,6 +161,13 @@ def stage_costs(
         rec[s] = act[s] - keep
         act[s] = keep
         b[s] += f[s]
+    rt = profile.runtime
+    bw: list[float] = []
+    if rt.op_ms("F") or rt.op_ms("B") or rt.op_ms("W") or rt.op_ms("BW"):
+        bw = [x + y + rt.op_ms("BW") for x, y in zip(b, w, strict=True)]
+        f = [x + rt.op_ms("F") for x in f]
+        b = [x + rt.op_ms("B") for x in b]
+        w = [x + rt.op_ms("W") for x in w]
     r = _round
     wire = [max(0.0, x - y) for x, y in zip(send, lat, strict=True)]
     # the working memory of a stage's B: its layers run one at a time (profiles without any:
@@ -102,7 +177,7 @@ def stage_costs(
         ws = [max((lt.workspace_mib for lt in layers[lo:hi]), default=0.0) for lo, hi in partition]
     return StageCosts(
         r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else [],
-        r(ws),
+        r(ws), r(bw),
     )  # fmt: skip
 
 

@@ -128,32 +128,51 @@ def tail_ops(
     """Schedule the reductions, optimizer steps and all-gathers of every device.
 
     ``start_of(device, index)`` gives the start time of that compute action; ``device_end_ms``
-    the end of each device's last compute action.
+    the end of each device's last compute action. A profile's runtime tail
+    (``RuntimeCosts.step_tail_ms``: the step's small all-reduce, a barrier) delays every
+    optimizer step to the slowest device's end plus that time; with
+    ``optimizer_ms_per_mib`` the optimizer takes that per MiB of the device's weights.
     """
     dep: Deployment | None = profile.deployment
-    if dep is None:
+    rt = profile.runtime
+    if dep is None and not rt.has_tail:
         return []
-    lay = dep.layout
     ops: list[TailOp] = []
-    for d, items in enumerate(device_buckets(profile, plan)):
+    per_dev = device_buckets(profile, plan) if dep is not None else [[]] * plan.num_devices
+    ready: list[float] = []
+    for d, items in enumerate(per_dev):
         free = 0.0
-        if lay.dp > 1:
+        if dep is not None and dep.layout.dp > 1:
             for i, b in items:
-                ready = start_of(d, i) + b.ready_offset_ms
-                if not lay.overlap_grad_reduce:
-                    ready = device_end_ms[d]
-                st = max(ready, free)
+                at = start_of(d, i) + b.ready_offset_ms
+                if not dep.layout.overlap_grad_reduce:
+                    at = device_end_ms[d]
+                st = max(at, free)
                 free = st + dep.grad_sync_ms(d, b.grad_mib)
                 ops.append(TailOp(d, "grad_sync", b.stage, st, free))
-        st = max(free, device_end_ms[d])
-        free = st + dep.optimizer_ms(device_weight_mib(plan, costs, d))
+        ready.append(max(free, device_end_ms[d]))
+    if rt.step_tail_ms > 0:
+        ready = [max(ready) + rt.step_tail_ms] * len(ready)
+    for d, items in enumerate(per_dev):
+        st = ready[d]
+        free = st + optimizer_ms(profile, device_weight_mib(plan, costs, d))
         ops.append(TailOp(d, "optimizer", -1, st, free))
-        if lay.zero1 and lay.dp > 1:
+        if dep is not None and dep.layout.zero1 and dep.layout.dp > 1:
             for _, b in items:
                 st = free
                 free = st + dep.param_gather_ms(d, b.param_mib)
                 ops.append(TailOp(d, "param_gather", b.stage, st, free))
     return ops
+
+
+def optimizer_ms(profile: Profile, weight_mib: float) -> float:
+    """One device's optimizer step over ``weight_mib`` of weights: the profile's calibrated
+    rate if it has one, else the deployment's memory-bound model (0 without either)."""
+    rate = profile.runtime.optimizer_ms_per_mib
+    if rate > 0 or profile.deployment is None:
+        return rate * weight_mib
+    dep: Deployment = profile.deployment
+    return dep.optimizer_ms(weight_mib)
 
 
 def device_weight_mib(plan: Plan, costs: StageCosts, device: int) -> float:

@@ -31,11 +31,10 @@ from typing import Any
 import networkx as nx
 
 from octopipe_core.costs import stage_costs
-from octopipe_core.dp_sync import boundary_comm, device_buckets, device_weight_mib
+from octopipe_core.dp_sync import boundary_comm, device_buckets, device_weight_mib, optimizer_ms
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Action, Kind, Plan, backward_kinds, producers
 from octopipe_core.profile import Profile
-from octopipe_core.simulator import memory_freed_mib
 
 
 def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
@@ -49,10 +48,11 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
         prev = None
         for a in acts:
             s, k = a.stage, a.kind
-            dur = {"F": c.f_ms[s], "B": c.b_ms[s], "W": c.w_ms[s]}.get(k, c.b_ms[s] + c.w_ms[s])
-            ws = c.ws_mib(s) if k in ("B", "BW") else 0.0  # held while B runs
-            alloc = c.activation_mib[s] if k == "F" else c.rec_mib(s) + ws if k != "W" else 0.0
-            free = 0.0 if k == "F" else memory_freed_mib(c, a) + ws
+            t = c.ops  # the one cost model (``costs.OpTable``)
+            dur = t.ms[k][s]
+            hold = t.hold_mib[k][s]  # a backward's working memory, held while it runs
+            alloc = t.alloc_mib[k][s] + hold
+            free = t.free_mib[k][s] + hold
             node = ("compute", a)
             g.add_node(
                 node, kind="compute", op=k, device=d, stage=s, mb=a.mb, duration_ms=dur,
@@ -89,7 +89,7 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
                     raise OctoPipeError(f"plan: action {p} (needed by {a}) is missing")
                 if plan.placement[p.stage] == d:
                     g.add_edge(("compute", p), ("compute", a), dep="data")
-    if profile.deployment is not None:
+    if profile.deployment is not None or profile.runtime.has_tail:
         _add_tail(g, profile, plan, c)
     return g
 
@@ -101,14 +101,21 @@ def _add_tail(g: nx.DiGraph, profile: Profile, plan: Plan, c: Any) -> None:
     ``("wstart", action)`` node shares that action's predecessors and a ``("ready", ...)``
     node lasts the offset. Each device's DP stream is a chain of ``grad_sync`` nodes."""
     dep = profile.deployment
-    lay = dep.layout
-    for d, items in enumerate(device_buckets(profile, plan)):
+    dp = dep.layout.dp if dep is not None else 1
+    zero1 = dep is not None and dep.layout.zero1
+    overlap = dep is not None and dep.layout.overlap_grad_reduce
+    per_dev = device_buckets(profile, plan) if dep is not None else [[]] * plan.num_devices
+    sync_ms = profile.runtime.step_tail_ms  # the step's small all-reduce: a barrier
+    if sync_ms > 0:
+        g.add_node(("step_sync",), kind="marker", device=-1, duration_ms=sync_ms)
+    ends: list[Any] = []
+    for d, items in enumerate(per_dev):
         last = ("compute", plan.schedule[d][-1]) if plan.schedule[d] else None
         prev: Any = None
-        for k, (i, b) in enumerate(items if lay.dp > 1 else []):
+        for k, (i, b) in enumerate(items if dp > 1 else []):
             a = plan.schedule[d][i]
             ready = ("ready", d, b.stage, k)
-            if lay.overlap_grad_reduce:
+            if overlap:
                 ws = ("wstart", a)
                 if ws not in g:
                     g.add_node(ws, kind="marker", device=d, duration_ms=0.0)
@@ -129,14 +136,19 @@ def _add_tail(g: nx.DiGraph, profile: Profile, plan: Plan, c: Any) -> None:
             if prev is not None:
                 g.add_edge(prev, node, dep="stream")
             prev = node
+        ends.append([p for p in (prev, last) if p is not None])
+    for d, items in enumerate(per_dev):
         opt = ("optimizer", d)
         g.add_node(opt, kind="optimizer", device=d,
-                   duration_ms=dep.optimizer_ms(device_weight_mib(plan, c, d)))  # fmt: skip
-        for p in (prev, last):
-            if p is not None:
-                g.add_edge(p, opt, dep="stream")
+                   duration_ms=optimizer_ms(profile, device_weight_mib(plan, c, d)))  # fmt: skip
+        for p in ends[d]:
+            g.add_edge(p, opt, dep="stream")
+        if sync_ms > 0:
+            for p in ends[d]:
+                g.add_edge(p, ("step_sync",), dep="stream")
+            g.add_edge(("step_sync",), opt, dep="stream")
         prev = opt
-        for k, (_, b) in enumerate(items if lay.zero1 and lay.dp > 1 else []):
+        for k, (_, b) in enumerate(items if zero1 and dp > 1 else []):
             node = ("param_gather", d, b.stage, k)
             g.add_node(node, kind="param_gather", device=d, stage=b.stage,
                        duration_ms=dep.param_gather_ms(d, b.param_mib))  # fmt: skip

@@ -10,6 +10,11 @@ the model as an ordered list of layers. Memory semantics used by the simulator:
 * while B (or BW) runs it also holds ``workspace_mib`` of working memory, freed when it ends
   (the gradient of the loss over the vocabulary, a softmax backward): a transient peak.
 
+The optional ``runtime`` object holds what the runtime adds to the layers' own times
+(``RuntimeCosts``: a fixed cost per F, B, W and fused BW op, and the step's tail after the
+pipeline); ``octopipe calibrate`` fits it from real runs and records what it fitted from in
+``calibration``.
+
 ``w_stash_mib`` and ``workspace_mib`` are optional. ``workspace_mib`` defaults to 0 (the
 analytic profiles carry none; ``octopipe profile`` measures it). ``w_stash_mib`` defaults to
 ``activation_mib * 32 / 34``, the zero-bubble paper's ratio for a transformer layer with flash
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -116,6 +122,52 @@ class DeviceSpec:
 
 
 @dataclass(frozen=True)
+class RuntimeCosts:
+    """What running a plan adds to its layers' own times (ms); all 0 in a profile that times
+    each layer alone. ``octopipe calibrate`` fits these from the ops of real runs.
+
+    >>> RuntimeCosts(f_op_ms=0.1, b_op_ms=0.2, w_op_ms=0.05).op_ms("BW")
+    0.25
+    """
+
+    f_op_ms: float = 0.0
+    """Fixed cost of every F op (dispatch, autograd set-up, posting its sends)."""
+    b_op_ms: float = 0.0
+    """Fixed cost of every B op (input-gradient backward)."""
+    w_op_ms: float = 0.0
+    """Fixed cost of every W op (weight-gradient pass)."""
+    bw_op_ms: float | None = None
+    """Fixed cost of every fused BW op; None: ``b_op_ms + w_op_ms``."""
+    step_tail_ms: float = 0.0
+    """Once per step after the last pipeline op: the step's small all-reduce and set-up."""
+    optimizer_ms_per_mib: float = 0.0
+    """Optimizer step time per MiB of a device's weights (the slowest device ends the step)."""
+
+    def op_ms(self, kind: str) -> float:
+        """The fixed cost of one op of ``kind`` (F, B, W or BW)."""
+        if kind == "BW":
+            return self.b_op_ms + self.w_op_ms if self.bw_op_ms is None else self.bw_op_ms
+        return {"F": self.f_op_ms, "B": self.b_op_ms, "W": self.w_op_ms}[kind]
+
+    @property
+    def has_tail(self) -> bool:
+        return self.step_tail_ms > 0 or self.optimizer_ms_per_mib > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        ops = {"F": self.f_op_ms, "B": self.b_op_ms, "W": self.w_op_ms}
+        if self.bw_op_ms is not None:
+            ops["BW"] = self.bw_op_ms
+        return {
+            "op_overhead_ms": ops,
+            "step_tail_ms": self.step_tail_ms,
+            "optimizer_ms_per_mib": self.optimizer_ms_per_mib,
+        }
+
+
+NO_RUNTIME = RuntimeCosts()
+
+
+@dataclass(frozen=True)
 class Profile:
     """One model at one micro-batch size on one device type.
 
@@ -133,6 +185,11 @@ class Profile:
     # Where the pipeline runs (cluster links, TP x PP x DP layout); None: one pipeline on the
     # flat network of ``device``. Not part of the profile file; plan files store it.
     deployment: Any = None
+    # what running a plan adds to the layers' times (``octopipe calibrate``); all 0: none
+    runtime: RuntimeCosts = NO_RUNTIME
+    # what a calibrated profile was fitted from (plans, backend, steps, date, residuals), as
+    # canonical JSON text (kept hashable); "" when it was not calibrated
+    calibration: str = ""
 
     @property
     def num_layers(self) -> int:
@@ -153,6 +210,10 @@ class Profile:
         """A copy with some device fields changed (e.g. ``memory_gib=40``)."""
         return replace(self, device=replace(self.device, **changes))
 
+    def with_runtime(self, runtime: RuntimeCosts) -> Profile:
+        """A copy whose ops carry ``runtime``'s fixed costs and step tail."""
+        return replace(self, runtime=runtime)
+
     def with_deployment(self, deployment: Any) -> Profile:
         """A copy that simulates on ``deployment`` (a ``layout.Deployment``, or None)."""
         return replace(self, deployment=deployment)
@@ -166,6 +227,8 @@ class Profile:
             "layer_types": {t.name: t.to_dict() for t in self.layer_types},
             "layers": list(self.layers),
             **({"source": self.source} if self.source else {}),
+            **({"runtime": self.runtime.to_dict()} if self.runtime != NO_RUNTIME else {}),
+            **({"calibration": json.loads(self.calibration)} if self.calibration else {}),
         }
 
     @staticmethod
@@ -306,7 +369,7 @@ def _parse_profile(data: Any, src: str) -> Profile:
         raise input_error(src, "<root>", "expected a JSON object", "see sample_profiles/*.json")
     allowed = {
         "format", "name", "tokens_per_microbatch", "device", "layer_types", "layers",
-        "pattern_symbols", "source",
+        "pattern_symbols", "source", "runtime", "calibration",
     }  # fmt: skip
     for key in data:
         if key not in allowed:
@@ -379,7 +442,67 @@ def _parse_profile(data: Any, src: str) -> Profile:
                 f"use one of {', '.join(sorted(names))} or define it in \"layer_types\"",
             )  # fmt: skip
     source = data.get("source", "")
-    return Profile(name.strip(), tokens, device, types, tuple(layers), str(source))
+    runtime = _parse_runtime(data.get("runtime"), src)
+    calib = _parse_calibration(data.get("calibration"), src)
+    return Profile(
+        name.strip(), tokens, device, types, tuple(layers), str(source), None, runtime, calib
+    )
+
+
+def _parse_runtime(raw: Any, src: str) -> RuntimeCosts:
+    if raw is None:
+        return NO_RUNTIME
+    fix = 'write {"op_overhead_ms": {"F": 0.1, "B": 0.1, "W": 0.05}, "step_tail_ms": 1.0}'
+    if not isinstance(raw, dict):
+        raise input_error(src, "runtime", "expected an object", fix)
+    known = ("op_overhead_ms", "step_tail_ms", "optimizer_ms_per_mib")
+    for key in raw:
+        if key not in known:
+            raise input_error(src, f"runtime.{_key(key)}", "unknown key", f"use {', '.join(known)}")
+    ops = raw.get("op_overhead_ms", {})
+    if not isinstance(ops, dict):
+        raise input_error(src, "runtime.op_overhead_ms", "expected an object", fix)
+    for key in ops:
+        if key not in ("F", "B", "W", "BW"):
+            raise input_error(
+                src, f"runtime.op_overhead_ms.{_key(key)}", "unknown op kind", "use F, B, W, BW"
+            )
+    vals = {k: _number(ops[k], src, f"runtime.op_overhead_ms.{k}_ms") for k in ops}
+    return RuntimeCosts(
+        f_op_ms=vals.get("F", 0.0),
+        b_op_ms=vals.get("B", 0.0),
+        w_op_ms=vals.get("W", 0.0),
+        bw_op_ms=vals.get("BW"),
+        step_tail_ms=_number(raw.get("step_tail_ms", 0.0), src, "runtime.step_tail_ms"),
+        optimizer_ms_per_mib=_number(
+            raw.get("optimizer_ms_per_mib", 0.0), src, "runtime.optimizer_ms_per_mib"
+        ),
+    )
+
+
+def _parse_calibration(raw: Any, src: str) -> str:
+    """The ``calibration`` record: an object of JSON values (read, never executed), as text."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, dict) or len(raw) > 64:
+        raise input_error(
+            src, "calibration", "expected an object of at most 64 keys", "re-run octopipe calibrate"
+        )
+    try:
+        text = json.dumps(raw, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        raise input_error(
+            src, "calibration", "holds a non-finite number", "write finite numbers"
+        ) from None
+    if len(text) > 65_536:
+        raise input_error(src, "calibration", "over 64 KiB", "re-run octopipe calibrate")
+    return text
+
+
+def _key(key: Any) -> str:
+    """A key from a file, quoted and shortened for a one-line message."""
+    text = repr(str(key))
+    return text if len(text) <= 40 else text[:37] + "...'"
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,6 +517,9 @@ _CSV_META = {
     "p2p_latency_us": float,
     "gpus": int,
     "source": str,
+    "op_overhead_ms": str,  # "F=0.1 B=0.2 W=0.05 [BW=0.2]"
+    "step_tail_ms": float,
+    "optimizer_ms_per_mib": float,
 }
 CSV_COLUMNS = ("layer", "type", "family", *COST_FIELDS, *OPTIONAL_FIELDS)
 
@@ -483,7 +609,32 @@ def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
         "layers": layers,
         **({"source": meta["source"]} if "source" in meta else {}),
     }
+    runtime = _csv_runtime(meta, src)
+    if runtime:
+        data["runtime"] = runtime
     return _parse_profile(data, src)
+
+
+def _csv_runtime(meta: dict[str, Any], src: str) -> dict[str, Any]:
+    """The ``runtime`` object of a CSV profile's header lines (empty: none)."""
+    out: dict[str, Any] = {}
+    if "op_overhead_ms" in meta:
+        ops: dict[str, float] = {}
+        for part in str(meta["op_overhead_ms"]).split():
+            kind, sep, value = part.partition("=")
+            try:
+                ops[kind] = float(value) if sep else float("nan")
+            except ValueError:
+                ops[kind] = float("nan")
+            if not math.isfinite(ops[kind]):
+                raise input_error(
+                    src, "op_overhead_ms", f"bad item {part[:30]!r}", "write F=0.1 B=0.2 W=0.05"
+                )
+        out["op_overhead_ms"] = ops
+    for key in ("step_tail_ms", "optimizer_ms_per_mib"):
+        if key in meta:
+            out[key] = meta[key]
+    return out
 
 
 def profile_to_csv(profile: Profile) -> str:
@@ -503,6 +654,11 @@ def profile_to_csv(profile: Profile) -> str:
         out.write(f"# gpus: {d.gpus}\n")
     if profile.source and "\n" not in profile.source:
         out.write(f"# source: {profile.source}\n")
+    if profile.runtime != NO_RUNTIME:  # (the calibration record stays in the JSON form only)
+        rt = profile.runtime.to_dict()
+        ops = " ".join(f"{k}={v!r}" for k, v in rt["op_overhead_ms"].items())
+        out.write(f"# op_overhead_ms: {ops}\n# step_tail_ms: {rt['step_tail_ms']!r}\n")
+        out.write(f"# optimizer_ms_per_mib: {rt['optimizer_ms_per_mib']!r}\n")
     w = csv.writer(out, lineterminator="\n")
     layers = profile.layer_costs()
     # the workspace column only where a layer has one (older readers know the others)

@@ -293,11 +293,11 @@ class SimResult:
                 out.append((self.start_ms[i], c.activation_mib[a.stage]))
                 continue
             # the recomputed forward's activations and the working memory, while B runs
-            back = a.kind in ("B", "BW")
-            rec, ws = (c.rec_mib(a.stage), c.ws_mib(a.stage)) if back else (0.0, 0.0)
-            if rec or ws:
-                out.append((self.start_ms[i], rec + ws))
-            out.append((self.end_ms[i], -memory_freed_mib(c, a) - ws))
+            t = c.ops
+            up = t.alloc_mib[a.kind][a.stage] + t.hold_mib[a.kind][a.stage]
+            if up:
+                out.append((self.start_ms[i], up))
+            out.append((self.end_ms[i], -t.free_mib[a.kind][a.stage] - t.hold_mib[a.kind][a.stage]))
         return out
 
     def memory_curves(self) -> Any:
@@ -354,8 +354,8 @@ def _simulate(
     S = plan.num_stages
     D = plan.num_devices
     placement = plan.placement
-    fms, bms, wms = costs.f_ms, costs.b_ms, costs.w_ms
-    act, stash = costs.activation_mib, costs.stash_mib
+    table = costs.ops  # every op's time and memory terms (the one cost model, ``costs.py``)
+    fms, bms, wms, bwms = (table.ms[k] for k in ("F", "B", "W", "BW"))
     wire, lat = boundary_comm(profile, plan, costs)
 
     # Flatten: one id per action. Every action has at most one data producer (F(s) <- F(s-1),
@@ -385,7 +385,7 @@ def _simulate(
             ps = s
             j = idx_b[s * M + mb]
         else:
-            dur[i] = bms[s] if k == "B" else bms[s] + wms[s]
+            dur[i] = bms[s] if k == "B" else bwms[s]
             if s == S - 1:
                 ps = s
                 j = idx_f[s * M + mb]
@@ -470,8 +470,9 @@ def _simulate(
             f"(cycle {path}); fix: move one of these actions later on its device"
         )
 
-    # Memory: F allocates at its start; B/W/BW free at their end (``memory_freed_mib``, inlined
-    # here). A device runs its ops one after another, so its list is in time order.
+    # Memory: each op allocates at its start, holds its working memory while it runs and frees
+    # at its end (``costs.OpTable``). A device runs its ops one after another, so its list is
+    # in time order.
     static = [0.0] * D
     dep = profile.deployment
     for s in range(S):
@@ -479,24 +480,15 @@ def _simulate(
             costs.weight_mib[s] if dep is None else dep.static_mib(costs.weight_mib[s])
         )
     peaks = []
-    rec = costs.recompute_mib or [0.0] * S  # what a recomputing B allocates at its start
-    ws = costs.workspace_mib or [0.0] * S  # what B holds while it runs, freed at its end
+    alloc, hold, freed = table.alloc_mib, table.hold_mib, table.free_mib
     for d in range(D):
         level = peak = 0.0
         for i in range(base[d], base[d] + lens[d]):
             s, k = ops[i][1].stage, ops[i][1].kind
-            if k == "F":
-                level += act[s]
-                if level > peak:
-                    peak = level
-            elif k == "W":
-                level -= stash[s]
-            else:
-                if rec[s] or ws[s]:
-                    level += rec[s]
-                    if level + ws[s] > peak:
-                        peak = level + ws[s]
-                level -= act[s] + rec[s] - stash[s] if k == "B" else act[s] + rec[s]
+            level += alloc[k][s]
+            if level + hold[k][s] > peak:
+                peak = level + hold[k][s]
+            level -= freed[k][s]
         peaks.append((static[d] + peak) / 1024.0)
     return SimResult(
         plan=plan,
@@ -512,19 +504,14 @@ def _simulate(
         tail=tail_ops(
             profile, plan, costs, lambda d, i: start[base[d] + i],
             [end[base[d] + lens[d] - 1] if lens[d] else 0.0 for d in range(D)],
-        ) if dep is not None else [],
+        ) if dep is not None or profile.runtime.has_tail else [],
     )  # fmt: skip
 
 
 def memory_freed_mib(costs: StageCosts, a: Action) -> float:
     """What a backward action frees at its end: B all but the W stash, W the stash, BW all
     (with recomputation, B and BW also free what they allocated at their start)."""
-    s = a.stage
-    if a.kind == "B":
-        return costs.activation_mib[s] + costs.rec_mib(s) - costs.stash_mib[s]
-    if a.kind == "W":
-        return costs.stash_mib[s]
-    return costs.activation_mib[s] + costs.rec_mib(s)
+    return costs.ops.free_mib[a.kind][a.stage]
 
 
 def peak_inflight(result: SimResult, stage: int) -> int:

@@ -74,7 +74,8 @@ class Graph:
                 succs[p].append((a, delay))
         self.preds, self.succs = preds, succs
         self.device = [placement[(a % SM) // M] for a in range(self.N)]
-        per_stage = (costs.f_ms, costs.b_ms, costs.w_ms)
+        ms = costs.ops.ms  # the one cost model (``costs.OpTable``)
+        per_stage = (ms["F"], ms["B"], ms["W"])
         self.dur = [x for arr in per_stage for x in arr for _ in range(M)]
 
 
@@ -134,7 +135,9 @@ def forward_pass(
     S, M, N = g.S, g.M, g.N
     SM = S * M
     dur, dev = g.dur, g.device
-    act, stash = costs.activation_mib, costs.stash_mib
+    table = costs.ops  # the one cost model: what each F, B and W leaves allocated
+    act = table.alloc_mib["F"]
+    net = [[table.net_mib(k, s) for s in range(S)] for k in _KINDS]
     wire, lat = costs.wire_ms, costs.latency_ms
     stages_of: list[list[int]] = [[] for _ in range(devices)]
     for s, d in enumerate(placement):
@@ -191,10 +194,7 @@ def forward_pass(
         end[a] = free[d] = e
         done += 1
         order[d].append(Action(s, _KINDS[k], i))
-        if k == 0:
-            mem[d] += act[s]
-        else:
-            mem[d] -= act[s] - stash[s] if k == 1 else stash[s]
+        mem[d] += net[k][s]
         heapq.heappush(events, (e, d))
         sent = False
         for q, _delay in g.succs[a]:

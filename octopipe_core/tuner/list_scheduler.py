@@ -155,9 +155,11 @@ def list_schedule(
     as some device's start time plus its remaining work exceeds that bound.
     """
     S, D, M = len(placement), num_devices, microbatches
-    f, b, w = costs.f_ms, costs.b_ms, costs.w_ms
-    act, stash = costs.activation_mib, costs.stash_mib
-    rec = costs.recompute_mib or [0.0] * S  # allocated by a recomputing B at its start
+    table = costs.ops  # every op's time and memory terms (the one cost model, ``costs.py``)
+    f, b, w = table.ms["F"], table.ms["B"], table.ms["W"]
+    act = table.alloc_mib["F"]
+    rec = table.alloc_mib["B"]  # allocated by a recomputing B at its start
+    b_free, w_free = table.free_mib["B"], table.free_mib["W"]
     wire, lat = costs.wire_ms, costs.latency_ms
     stages_of: list[list[int]] = [[] for _ in range(D)]
     for s, d in enumerate(placement):
@@ -342,7 +344,7 @@ def list_schedule(
             left[d] -= b[s]
             if rec[s] and mem[d] + rec[s] > peak[d]:
                 peak[d] = mem[d] + rec[s]
-            mem[d] -= act[s] - stash[s]
+            mem[d] += rec[s] - b_free[s]
             b_next[s] = i + 1
             fwd_only[d] -= 1
             wq[d].append(s * M + i)
@@ -351,7 +353,7 @@ def list_schedule(
         else:
             end = t + w[s]
             left[d] -= w[s]
-            mem[d] -= stash[s]
+            mem[d] -= w_free[s]
         free[d] = end
         nxt[d] = end
         heapq.heappush(heap, (end, d))
