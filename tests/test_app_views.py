@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from octopipe_core.executor.trace import sim_trace
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
-from tests.dash_helpers import executed_trace, ok, start
+from tests.dash_helpers import TINY_RUN, executed_trace, ok, real_run, start
 
 C16 = "16x8-h800-ib400"
 PLAN_PAGES = ["overview", "plan", "tune", "compare", "cluster"]
@@ -196,26 +197,46 @@ def test_sweep_marks_points_that_do_not_fit() -> None:
 
 
 # ---- 5. simulated vs executed ----------------------------------------------------------------
-def test_compare_lays_an_executed_trace_over_the_simulated_timeline() -> None:
-    at = start("compare", devices="4", microbatches="8")
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_compare_shows_a_real_runs_trace_predicted_vs_measured(tmp_path: Path) -> None:
+    _, job = real_run(tmp_path, dp=2)  # octopipe export --dp 2 + octopipe run: 4 ranks
+    body = (job / "out" / "trace_executed.json").read_bytes()
+    sample, schedule, devices, mbs = TINY_RUN
+    at = start("compare", sample=sample, devices=str(devices), microbatches=str(mbs))
     at.segmented_control(key="compare_view").set_value("Simulated vs executed").run()
-    at.selectbox(key="exec_plan").set_value("1f1b/uniform").run()
-    prof = at.session_state["profile"]
-    body = executed_trace(prof, build_plan(prof, "1f1b", 4, 8))
+    at.selectbox(key="exec_plan").set_value(f"{schedule}/uniform").run()
     at.file_uploader(key="exec_trace").set_value(("trace_executed.json", body, "application/json"))
     at.run()
     ok(at)
     assert not at.error, errors(at)
-    names = {t.get("name") for t in spec(at, "exec_chart")["data"]}
-    assert {"simulated F (forward)", "executed F (forward)"} <= names
-    table = at.dataframe[0].value
-    assert list(table["order as planned"]) == ["yes"] * 4
-    assert any("executed" in c.value and "simulated" in c.value for c in at.caption)
-    assert len(at.dataframe) == 1  # a CPU run's trace has no peak memory to compare
-    # a GPU run's trace carries each rank's measured peak: simulated vs measured per device
+    assert at.selectbox(key="exec_replica").options == ["0", "1"]
+    for replica in (0, 1):
+        at.selectbox(key="exec_replica").set_value(replica).run()
+        ok(at)
+        assert not at.error, errors(at)
+        names = {t.get("name") for t in spec(at, "exec_chart")["data"]}
+        assert {"simulated F (forward)", "executed F (forward)"} <= names
+        table = at.dataframe[0].value
+        assert list(table["device"]) == ["d0", "d1", "whole step"]
+        assert list(table["order as planned"]) == ["yes", "yes", ""]
+        assert (table["executed_busy_ms"].iloc[:2] > 0).all()
+        assert {"simulated_span_ms", "executed_span_ms", "span_error_%"} <= set(table.columns)
+        assert any(f"replica {replica} of PP2 x DP2" in c.value for c in at.caption)
+
+
+def test_compare_keeps_gpu_peaks_and_refuses_foreign_traces() -> None:
+    # hand-made traces: a GPU run's peaks (a CPU run records none) and inputs that must fail
+    at = start("compare", devices="4", microbatches="8")
+    at.segmented_control(key="compare_view").set_value("Simulated vs executed").run()
+    at.selectbox(key="exec_plan").set_value("1f1b/uniform").run()
+    prof = at.session_state["profile"]
     gpu = executed_trace(prof, build_plan(prof, "1f1b", 4, 8), peaks=[30.0, 31.0, 32.0, 33.0])
     at.file_uploader(key="exec_trace").set_value(("gpu.json", gpu, "application/json")).run()
     ok(at)
+    assert not at.error, errors(at)
+    assert "exec_replica" not in {w.key for w in at.selectbox}  # one replica: no choice
+    assert len(at.dataframe) == 2  # predicted vs measured, then the peaks
     peaks = at.dataframe[1].value
     assert list(peaks["measured peak (GiB)"]) == [30.0, 31.0, 32.0, 33.0]
     assert any("max_memory_allocated" in c.value for c in at.caption)

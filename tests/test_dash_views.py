@@ -32,10 +32,11 @@ from app.components.analysis import Settings
 from octopipe_core.breakdown import critical_path
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.trace import sim_trace
+from octopipe_core.plan import Plan
 from octopipe_core.profile import load_sample
 from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
-from tests.dash_helpers import executed_trace
+from tests.dash_helpers import TINY_RUN, executed_trace, real_run
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW_MODULES = [
@@ -170,24 +171,56 @@ def test_sweep_marks_points_over_the_cap() -> None:
 
 
 # ---- 5. simulated vs executed ----------------------------------------------------------------
-def test_executed_trace_overlays_the_simulated_timeline(prof: Any) -> None:
-    plan = build_plan(prof, "1f1b", 4, 8)
-    trace = trace_overlay.parse_trace(executed_trace(prof, plan), "run.json")
-    assert trace_overlay.steps(trace) == [0, 1]
-    run = trace_overlay.match_plan(trace, plan, "run.json", 1)
-    assert run["start_ms"].min() == 0.0
-    sim = simulate(prof, plan).timeline()
-    table = trace_overlay.compare_frame(sim, run, plan)
-    assert list(table["order as planned"]) == ["yes"] * 4
-    busy = table["executed busy (ms)"] / table["simulated busy (ms)"]
-    assert np.allclose(busy, 0.01, rtol=1e-3)
-    fig = trace_overlay.overlay_figure(sim, run, plan, scale=100.0)
-    names = {t.name for t in fig.data}
-    assert {"simulated F (forward)", "executed F (forward)"} <= names
-    assert "executed: waiting for an input" in names
-    ex = next(t for t in fig.data if t.name == "executed F (forward)")
-    assert np.all(np.asarray(ex.y) > np.arange(4).min())  # executed bars in the lower half
-    assert list(fig.layout.yaxis.ticktext[:2]) == ["d0 simulated", "d0 executed"]
+@pytest.fixture(scope="module")
+def dp2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, pd.DataFrame, Path]:
+    """A real 2-step run of ``TINY_RUN`` on 2 replicas (4 ranks): the plan, its parsed trace
+    and the job folder."""
+    plan, job = real_run(tmp_path_factory.mktemp("dp2"), dp=2)
+    path = job / "out" / "trace_executed.json"
+    return plan, trace_overlay.parse_trace(path.read_bytes(), path.name), job
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_a_real_runs_trace_overlays_the_simulated_timeline(
+    dp2_run: tuple[Plan, pd.DataFrame, Path],
+) -> None:
+    plan, trace, job = dp2_run
+    res = json.loads((job / "out" / "result.json").read_text())
+    lay = trace_overlay.layout_of(trace)
+    assert (lay.pp, lay.dp) == (2, 2) and trace_overlay.steps(trace) == [0, 1]
+    assert set(trace["device"]) == {0, 1} and set(trace["replica"]) == {0, 1}
+    tail = trace[trace["cat"] == "dp"]
+    assert set(tail["kind"]) == {"DP", "SYNC", "OPT"}
+    assert set(tail.loc[tail["kind"] != "DP", "stage"]) == {-1}
+    r = simulate(load_sample(TINY_RUN[0]), plan)
+    sim = r.timeline()
+    ops = sum(len(plan.schedule[d]) for d in range(plan.num_devices))
+    for replica in (0, 1):
+        run = trace_overlay.match_plan(trace, plan, "trace_executed.json", 1, replica)
+        assert set(run["rank"]) == set(lay.pipeline(replica))
+        assert run.attrs["step_ms"] == pytest.approx(res["step_ms"][1], abs=1e-3)
+        assert run["start_ms"].min() >= 0 and run["end_ms"].max() <= run.attrs["step_ms"] + 1e-6
+        table = trace_overlay.compare_frame(sim, run, plan, r.step_time_ms)
+        dev, whole = table.iloc[:2], table.iloc[2]
+        assert list(dev["order as planned"]) == ["yes", "yes"]
+        assert (dev["executed_busy_ms"] > 0).all()
+        assert (dev["executed_span_ms"] >= dev["executed_busy_ms"] - 1e-3).all()
+        assert (dev["simulated_busy_ms"] > 0).all()
+        assert whole["device"] == "whole step"
+        assert whole["simulated_span_ms"] == round(r.step_time_ms, 3)
+        assert whole["executed_span_ms"] == pytest.approx(res["step_ms"][1], abs=1e-3)
+        err = 100 * (r.step_time_ms / res["step_ms"][1] - 1)
+        assert whole["span_error_%"] == pytest.approx(err, abs=0.1)
+        fig = trace_overlay.overlay_figure(sim, run, plan)
+        names = {t.name for t in fig.data}
+        assert {"simulated F (forward)", "executed F (forward)"} <= names
+        assert "executed: DP reduction, step sync, optimizer" in names
+        executed = [t for t in fig.data if t.name.startswith("executed ")]
+        assert sum(len(t.x) for t in executed) == ops  # every op of the plan, drawn once
+        assert all(np.all(np.asarray(t.y) > -0.5) for t in executed)
+    with pytest.raises(OctoPipeError, match=r"no replica 2, the run had 2; fix: pick 0\.\.1"):
+        trace_overlay.match_plan(trace, plan, "trace_executed.json", 1, 2)
 
 
 def test_a_gpu_run_keeps_its_peak_memory_in_the_trace(prof: Any) -> None:

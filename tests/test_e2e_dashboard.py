@@ -410,6 +410,37 @@ def test_views_a_performance_engineer_expects(server: str, page: object) -> None
     docs_element(chart(page, 0), "simulated-vs-executed")
 
 
+@pytest.mark.dist
+@pytest.mark.timeout(300)
+def test_compare_reads_the_trace_of_a_real_run(server: str, page: object, tmp_path: Path) -> None:
+    """The trace ``octopipe run`` wrote for a 2-replica job, uploaded on the Compare page's
+    "Simulated vs executed" view: the overlay, the replica pick and the predicted-vs-measured
+    table, no error."""
+    from tests.dash_helpers import TINY_RUN, real_run
+
+    _, job = real_run(tmp_path, dp=2)
+    sample, schedule, devices, mbs = TINY_RUN
+    page.goto(
+        f"{server}/compare?sample={sample}&devices={devices}&microbatches={mbs}&view=executed"
+    )
+    wait_idle(page)
+    page.get_by_test_id("stSelectbox").filter(has_text="plan that was run").click()
+    page.get_by_role("option", name=f"{schedule}/uniform", exact=True).click()
+    wait_idle(page)
+    trace = job / "out" / "trace_executed.json"
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace))
+    wait_idle(page)
+    charts_drawn(page, 1)
+    page.get_by_text("Predicted (simulated) vs measured (executed)").wait_for()
+    page.get_by_test_id("stSelectbox").filter(has_text="replica").wait_for()
+    assert page.get_by_test_id("stDataFrame").first.is_visible()
+    assert page.get_by_test_id("stAlertContentError").count() == 0
+    legend = legend_shows(page, "executed F (forward)")
+    assert "executed F (forward)" in legend
+    no_exception(page)
+    shot(page, "views-executed-real-run")
+
+
 def test_dark_system_theme_and_the_menu_toggle_redraw_app_and_charts(
     server: str, browser: object
 ) -> None:

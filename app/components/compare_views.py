@@ -23,6 +23,7 @@ VIEWS = {
     "sweep": "Sweep",
     "diff": "Plan diff",
     "executed": "Simulated vs executed",
+    "verify": "Measured (verify)",  # app/components/verify_view.py
 }
 SWEEP_AXES = ("microbatches", "devices")
 SWEEP_PEERS = ["1f1b/uniform", "interleaved/uniform", "zb-h1/uniform", "zbv/balanced"]
@@ -181,16 +182,20 @@ def executed(choices: dict[str, str]) -> None:
     trace = ss["exec_trace_df"]
     plan = state.cached_plan(choices[pick])
     all_steps = trace_overlay.steps(trace)
-    c1, c2 = st.columns(2)
+    lay = trace_overlay.layout_of(trace)
+    c1, c2, c3 = st.columns(3)
     step = c1.selectbox("step", all_steps, index=len(all_steps) - 1, key="exec_step")
+    replica = 0
+    if lay.dp > 1:
+        replica = int(c3.selectbox("replica", list(range(lay.dp)), key="exec_replica"))
     try:
-        run = trace_overlay.match_plan(trace, plan, up.name, int(step))
+        run = trace_overlay.match_plan(trace, plan, up.name, int(step), replica)
     except OctoPipeError as e:
         st.error(str(e))
         return
     sim = state.cached_sim(prof, choices[pick], cap)
     sim_ms = float(sim["metrics"]["step_time_ms"])
-    run_ms = float(run["end_ms"].max())
+    run_ms = float(run.attrs["step_ms"])
     align = c2.radio(
         "time axis",
         ["scale the run to the simulated step", "real time"],
@@ -198,17 +203,19 @@ def executed(choices: dict[str, str]) -> None:
         horizontal=True,
     )
     scale = sim_ms / run_ms if align.startswith("scale") and run_ms > 0 else 1.0
+    where = f", replica {replica} of {lay.label()}" if lay.dp > 1 else ""
     st.caption(
-        f"Step {step}: executed {run_ms:,.2f} ms, simulated {sim_ms:,.1f} ms "
+        f"Step {step}{where}: executed {run_ms:,.2f} ms, simulated {sim_ms:,.1f} ms "
         f"({sim_ms / run_ms if run_ms else 0:,.2f}× the run). "
         + (f"Executed times × {scale:,.3g} to share the axis. " if scale != 1.0 else "")
         + "Upper half of each lane: simulated; lower half (outlined): executed, grey where it "
-        "waited for an input."
+        "waited for an input, blue for its DP reductions, step sync and optimizer step."
     )
     fig = trace_overlay.overlay_figure(sim["timeline"], run, plan, scale)
     display.chart(fig, key="exec_chart", name="simulated-vs-executed")
-    panels.frame(trace_overlay.compare_frame(sim["timeline"], run, plan))
-    peaks = trace.attrs.get("peak_memory_gib", [])
+    st.markdown("**Predicted (simulated) vs measured (executed), per device and the whole step**")
+    panels.frame(trace_overlay.compare_frame(sim["timeline"], run, plan, sim_ms))
+    peaks = trace_overlay.replica_peaks(trace, replica)
     if any(g is not None for g in peaks):
         panels.frame(trace_overlay.peak_frame(sim["result"].peak_memory_gib, peaks))
         st.caption(

@@ -1,26 +1,24 @@
-"""Simulated against executed: read the trace ``octopipe run`` records and lay it over the
-simulated timeline of the same plan (no Streamlit here).
+"""Simulated against executed: the trace ``octopipe run`` records, laid over the simulated
+timeline of the same plan (no Streamlit here).
 
-``octopipe run JOB`` writes ``trace_executed.json`` (``executor/trace.py:records_trace``): a
-Chrome trace whose ``ph: "X"`` events are the ops each rank ran, named like the plan's actions
-(``2F5``, ``2BW5``; transfers ``2SEND_F5``, ``3RECV_F5``), with ``pid`` the rank (= the plan's
-device), ``ts``/``dur`` in µs, ``cat`` compute, comm or wait, and ``args.step``. Everything
-is checked and every problem is one line naming the file, the event and the fix; nothing in
-the file is executed.
+``octopipe run JOB`` writes ``JOB/out/trace_executed.json`` (``executor/trace.py``); it is read
+and checked by ``octopipe_core.executor.trace_read`` (one line naming the file, the event and
+the fix for any problem; nothing in the file is executed). Its ops are named like the plan's
+actions (``2F5``, ``2BW5``; transfers ``2SEND_F5``), ``pid`` is the global rank (replica x
+pipeline device, ``otherData.layout``), and each step ends with its DP reductions
+(``<stage>DP``), ``SYNC`` and ``OPT``.
 
 >>> import json
 >>> raw = json.dumps({"traceEvents": [
 ...     {"name": "0F0", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0.0,
 ...      "dur": 1000.0, "args": {"step": 0}}], "otherData": {"source": "executed"}})
 >>> t = parse_trace(raw.encode(), "run.json")
->>> t[["device", "kind", "stage", "mb", "start_ms", "end_ms"]].values.tolist()
-[[0, 'F', 0, 0, 0.0, 1.0]]
+>>> t[["device", "replica", "kind", "stage", "mb", "start_ms", "end_ms"]].values.tolist()
+[[0, 0, 'F', 0, 0, 0.0, 1.0]]
 """
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 import numpy as np
@@ -29,128 +27,120 @@ import plotly.graph_objects as go
 
 from app.components.charts import Lanes, _bar_traces
 from app.components.palette import KIND_LABELS
-from octopipe_core.errors import OctoPipeError, input_error
-from octopipe_core.jsonio import loads_checked
+from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.mesh import JobLayout
+from octopipe_core.executor.trace_read import COMM, COMPUTE, DP, read_executed_trace
 from octopipe_core.plan import Plan
 
-MAX_EVENTS = 400_000
-MAX_RANKS = 4096
-COMPUTE = re.compile(r"^(\d{1,6})(BW|F|B|W)(\d{1,7})$")
-COMM = re.compile(r"^(\d{1,6})(SEND_F|SEND_B|RECV_F|RECV_B)(\d{1,7})$")
-COLUMNS = ["device", "step", "cat", "kind", "stage", "mb", "op", "start_ms", "end_ms"]
+COLUMNS = [
+    "device", "replica", "rank", "step", "cat", "kind", "stage", "mb", "op", "start_ms", "end_ms"
+]  # fmt: skip
 SIM_LANES = Lanes(compute_shift=0.2, compute_width=0.36, comm_offset=0.0, comm_width=0.0)
 RUN_LANES = Lanes(compute_shift=-0.2, compute_width=0.36, comm_offset=0.0, comm_width=0.0)
-FIX = "upload the trace_executed.json that `octopipe run` writes into the job folder"
+FIX = "pick the plan that was exported and run, or upload its trace"
 
 
-def _number(ev: dict[str, Any], key: str, src: str, where: str) -> float:
-    v = ev.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise input_error(src, f"{where}.{key}", f"got {str(v)[:30]!r}", "write a finite number")
-    lo = 0.0 if key == "dur" else -1e15  # a wait before the first op starts before 0
-    if not lo <= v <= 1e15:
-        raise input_error(src, f"{where}.{key}", f"{v:g} is out of range", f"use {lo:g}..1e15 µs")
-    return float(v)
+def _split(op: str) -> tuple[str, int, int]:
+    """``(kind, stage, mb)`` of an op or a tail name (``DP``/``SYNC``/``OPT``, mb -1)."""
+    m = COMPUTE.match(op) or COMM.match(op)
+    if m is not None:
+        return m[2], int(m[1]), int(m[3])
+    dp = DP.match(op)
+    return ("DP", int(dp[1]), -1) if dp else (op, -1, -1)
 
 
 def parse_trace(raw: bytes, src: str) -> pd.DataFrame:
-    """The executed ops of a trace file: one row per op (``COLUMNS``; times in ms from the
-    trace's first event); ``attrs["peak_memory_gib"]``: each rank's measured peak memory, []
-    when the run recorded none. OctoPipeError (one line) for anything else."""
-    data = loads_checked(raw, src)
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise input_error(src, "<root>", "not a Chrome trace with traceEvents", FIX)
-    other = data.get("otherData")
-    if isinstance(other, dict) and other.get("source") == "simulated":
-        raise input_error(src, "otherData.source", "this is the simulated trace", FIX)
-    events = data["traceEvents"]
-    if len(events) > MAX_EVENTS:
-        raise input_error(src, "traceEvents", f"{len(events):,} events", f"at most {MAX_EVENTS:,}")
+    """One row per executed op, input wait (``cat`` "wait") and DP reduction, step sync or
+    optimizer step (``cat`` "dp"): ``COLUMNS``, ``device`` the pipeline device, times in ms
+    from the trace's base. ``attrs``: ``layout`` (``JobLayout``), ``step_spans_ms`` (step ->
+    (start, end)), ``peak_memory_gib`` (per global rank, [] when the run measured none).
+    OctoPipeError (one line) for anything else (``trace_read.read_executed_trace``)."""
+    t = read_executed_trace(raw, src)
     rows: list[tuple[Any, ...]] = []
-    for i, ev in enumerate(events):
-        where = f"traceEvents[{i}]"
-        if not isinstance(ev, dict):
-            raise input_error(src, where, "not an object", FIX)
-        if ev.get("ph") != "X":
-            continue  # metadata (process names) and other phases
-        name, cat, pid = ev.get("name"), ev.get("cat"), ev.get("pid")
-        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < MAX_RANKS:
-            raise input_error(src, f"{where}.pid", f"got {str(pid)[:20]!r}", "a rank 0..4095")
-        if not isinstance(name, str) or cat not in ("compute", "comm", "wait"):
-            raise input_error(
-                src, where, f"name {str(name)[:30]!r}, cat {str(cat)[:20]!r}", FIX
-            )  # fmt: skip
-        args = ev.get("args")
-        step = args.get("step") if isinstance(args, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**6:
-            raise input_error(src, f"{where}.args.step", f"got {str(step)[:20]!r}", FIX)
-        ts = _number(ev, "ts", src, where)
-        dur = _number(ev, "dur", src, where)
-        op = name.removeprefix("wait ") if cat == "wait" else name
-        m = (COMM if cat == "comm" else COMPUTE).match(op) or COMM.match(op)
-        if m is None:
-            raise input_error(src, f"{where}.name", f"{name[:30]!r} is not a plan action", FIX)
-        rows.append((pid, step, cat, m[2], int(m[1]), int(m[3]), op, ts, ts + dur))
-    if not any(r[2] == "compute" for r in rows):
-        raise input_error(src, "traceEvents", "no executed compute ops", FIX)
+    for rank, step, op, start, end, wait in t.records:
+        rep, dev = t.device_of(rank)
+        kind, stage, mb = _split(op)
+        if wait > 0:
+            rows.append((dev, rep, rank, step, "wait", kind, stage, mb, op, start - wait, start))
+        cat = "comm" if COMM.match(op) else "compute"
+        rows.append((dev, rep, rank, step, cat, kind, stage, mb, op, start, end))
+    for rank, step, name, start, end in t.tail:
+        rep, dev = t.device_of(rank)
+        kind, stage, mb = _split(name)
+        rows.append((dev, rep, rank, step, "dp", kind, stage, mb, name, start, end))
     df = pd.DataFrame(rows, columns=COLUMNS)
-    t0 = float(df["start_ms"].min())
-    df["start_ms"] = (df["start_ms"] - t0) / 1000.0
-    df["end_ms"] = (df["end_ms"] - t0) / 1000.0
-    df.attrs["peak_memory_gib"] = _peaks(other, src)
+    df["start_ms"] *= 1e3
+    df["end_ms"] *= 1e3
+    df.attrs["layout"] = t.layout
+    df.attrs["step_spans_ms"] = {s: (a * 1e3, b * 1e3) for s, (a, b) in t.step_spans.items()}
+    df.attrs["peak_memory_gib"] = t.peak_memory_gib
     return df
 
 
-def _peaks(other: Any, src: str) -> list[float | None]:
-    """Each rank's measured peak memory (GiB) that ``octopipe run`` keeps in the trace's
-    ``otherData.peak_memory_gib`` (the CUDA allocator's; None for a rank on the CPU); [] when
-    the trace has none. OctoPipeError (one line) for a malformed list."""
-    peaks = other.get("peak_memory_gib") if isinstance(other, dict) else None
-    if peaks is None:
-        return []
-    where = "otherData.peak_memory_gib"
-    if not isinstance(peaks, list) or len(peaks) > MAX_RANKS:
-        raise input_error(src, where, "not a list of ranks' peaks", FIX)
-    out: list[float | None] = []
-    for i, g in enumerate(peaks):
-        ok = g is None or (not isinstance(g, bool) and isinstance(g, (int, float)))
-        if not ok or (g is not None and not 0 <= g <= 1e5):
-            raise input_error(src, f"{where}[{i}]", f"got {str(g)[:20]!r}", "0..100000 GiB or null")
-        out.append(None if g is None else float(g))
-    return out
+def layout_of(trace: pd.DataFrame) -> JobLayout:
+    """The run's rank layout (one replica of every device in the trace if it has none).
+
+    >>> layout_of(pd.DataFrame({"device": [0, 2]})).label()
+    'PP3 x DP1'
+    """
+    lay = trace.attrs.get("layout")
+    return lay if isinstance(lay, JobLayout) else JobLayout(pp=int(trace["device"].max()) + 1)
+
+
+def replica_peaks(trace: pd.DataFrame, replica: int) -> list[float | None]:
+    """The measured peak memory (GiB) of each pipeline device of ``replica`` ([] if none).
+
+    >>> t = pd.DataFrame({"device": [0, 1]})
+    >>> t.attrs = {"layout": JobLayout(pp=2, dp=2), "peak_memory_gib": [1.0, 2.0, 3.0, None]}
+    >>> replica_peaks(t, 1)
+    [2.0, None]
+    """
+    peaks = trace.attrs.get("peak_memory_gib", [])
+    ranks = layout_of(trace).pipeline(replica)
+    return [peaks[r] if r < len(peaks) else None for r in ranks] if peaks else []
 
 
 def steps(trace: pd.DataFrame) -> list[int]:
     return sorted(int(s) for s in trace["step"].unique())
 
 
-def match_plan(trace: pd.DataFrame, plan: Plan, src: str, step: int) -> pd.DataFrame:
-    """The compute ops and waits of ``step``, checked to be ``plan``'s (each rank runs exactly
-    its device's actions), with times from the step's first event (ms)."""
-    one = trace[trace["step"] == step]
+def match_plan(
+    trace: pd.DataFrame, plan: Plan, src: str, step: int, replica: int = 0
+) -> pd.DataFrame:
+    """The ops, waits and DP rows of ``step`` on ``replica``'s ranks, checked to be ``plan``'s
+    (each pipeline device runs exactly its actions), times from the step's start (ms);
+    ``attrs["step_ms"]``: the measured step (its span over every rank)."""
+    lay = layout_of(trace)
+    if lay.pp != plan.num_devices:
+        raise OctoPipeError(
+            f"{src}: the run was a {lay.pp}-device pipeline ({lay.label()}), plan "
+            f"'{plan.name}' has {plan.num_devices} devices; fix: {FIX}"
+        )
+    if not 0 <= replica < lay.dp:
+        raise OctoPipeError(
+            f"{src}: no replica {replica}, the run had {lay.dp}; fix: pick 0..{lay.dp - 1}"
+        )
+    one = trace[(trace["step"] == step) & (trace["replica"] == replica)]
     if one.empty:
         raise OctoPipeError(f"{src}: no events of step {step}; fix: pick one of {steps(trace)}")
-    ranks = int(trace["device"].max()) + 1
-    if ranks != plan.num_devices:
-        raise OctoPipeError(
-            f"{src}: the trace has {ranks} ranks, plan '{plan.name}' {plan.num_devices} devices; "
-            "fix: pick the plan that was exported and run, or upload its trace"
-        )
     comp = one[one["cat"] == "compute"]
     for d in range(plan.num_devices):
         want = sorted(str(a) for a in plan.schedule[d])
         got = sorted(comp.loc[comp["device"] == d, "op"])
         if want != got:
             extra = sorted(set(got) - set(want))[:3] or sorted(set(want) - set(got))[:3]
+            where = f" (replica {replica})" if lay.dp > 1 else ""
             raise OctoPipeError(
-                f"{src}: rank {d} ran {len(got)} ops, plan '{plan.name}' has {len(want)} on "
-                f"d{d} (differs at {', '.join(extra) or 'their count'}); fix: pick the plan that "
-                "was exported and run, or upload its trace"
+                f"{src}: rank {lay.rank(replica, d)}{where} ran {len(got)} ops, plan "
+                f"'{plan.name}' has {len(want)} on d{d} (differs at "
+                f"{', '.join(extra) or 'their count'}); fix: {FIX}"
             )
-    out = one[one["cat"].isin(["compute", "wait"])].copy()
-    t0 = float(out["start_ms"].min())
-    out["start_ms"] -= t0
-    out["end_ms"] -= t0
+    out = one[one["cat"] != "comm"].copy()
+    spans = trace.attrs.get("step_spans_ms", {})
+    lo, hi = spans.get(step, (float(one["start_ms"].min()), float(one["end_ms"].max())))
+    out["start_ms"] -= lo
+    out["end_ms"] -= lo
+    out.attrs = {"step_ms": hi - lo, "replica": replica}
     return out
 
 
@@ -186,26 +176,55 @@ def peak_frame(sim_gib: list[float], run_gib: list[float | None]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def compare_frame(sim: pd.DataFrame, run: pd.DataFrame, plan: Plan) -> pd.DataFrame:
-    """Per device: simulated and executed busy time, executed waits (ms) and order."""
+def _error_pct(predicted: float, measured: float) -> float | None:
+    """``100 * (predicted - measured) / measured``, 0.1 % steps (None without a measure)."""
+    return round(100.0 * (predicted / measured - 1.0), 1) if measured > 0 else None
+
+
+def _span(rows: pd.DataFrame) -> float:
+    return float(rows["end_ms"].max() - rows["start_ms"].min()) if len(rows) else 0.0
+
+
+def compare_frame(
+    sim: pd.DataFrame, run: pd.DataFrame, plan: Plan, step_ms: float | None = None
+) -> pd.DataFrame:
+    """Per device, predicted (the simulated timeline) against measured (the run's step, from
+    ``match_plan``): the span from the device's first op start to its last op end, the busy
+    time (sum of its ops), the error of each in %, the run's input waits and its order; then
+    the whole step, predicted ``step_ms`` (the simulated step time) against the measured step
+    (``run.attrs["step_ms"]``), when both are known. Times in ms."""
     comp = sim[sim["stream"] == "compute"]
     ran = run[run["cat"] == "compute"]
     waits = run[run["cat"] == "wait"]
     orders = order_check(run, plan)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for d in range(plan.num_devices):
-        s = comp[comp["device"] == d]
-        r = ran[ran["device"] == d]
+        s, r = comp[comp["device"] == d], ran[ran["device"] == d]
         w = waits[waits["device"] == d]
+        sim_busy = float((s["end_ms"] - s["start_ms"]).sum())
+        run_busy = float((r["end_ms"] - r["start_ms"]).sum())
         rows.append(
             {
                 "device": f"d{d}",
-                "simulated busy (ms)": round(float((s["end_ms"] - s["start_ms"]).sum()), 3),
-                "executed busy (ms)": round(float((r["end_ms"] - r["start_ms"]).sum()), 3),
-                "executed waiting for inputs (ms)": round(
-                    float((w["end_ms"] - w["start_ms"]).sum()), 3
-                ),
+                "simulated_span_ms": round(_span(s), 3),
+                "executed_span_ms": round(_span(r), 3),
+                "span_error_%": _error_pct(_span(s), _span(r)),
+                "simulated_busy_ms": round(sim_busy, 3),
+                "executed_busy_ms": round(run_busy, 3),
+                "busy_error_%": _error_pct(sim_busy, run_busy),
+                "executed_wait_ms": round(float((w["end_ms"] - w["start_ms"]).sum()), 3),
                 "order as planned": "yes" if not orders[d] else f"no ({orders[d]})",
+            }
+        )
+    measured = run.attrs.get("step_ms")
+    if step_ms is not None and measured is not None:
+        rows.append(
+            {
+                "device": "whole step",
+                "simulated_span_ms": round(step_ms, 3),
+                "executed_span_ms": round(float(measured), 3),
+                "span_error_%": _error_pct(step_ms, float(measured)),
+                "order as planned": "",
             }
         )
     return pd.DataFrame(rows)
@@ -259,6 +278,22 @@ def overlay_figure(
                 marker={"color": "#9E9E9E"},
                 customdata=w["op"].to_numpy(),
                 hovertemplate="waiting for the input of %{customdata}<extra></extra>",
+            )
+        )
+    tail = run[run["cat"] == "dp"]
+    if len(tail):
+        start = tail["start_ms"].to_numpy() * scale
+        fig.add_trace(
+            go.Bar(
+                x=tail["end_ms"].to_numpy() * scale - start,
+                base=start,
+                y=tail["device"].to_numpy() - RUN_LANES.compute_shift,
+                width=RUN_LANES.compute_width * 0.5,
+                orientation="h",
+                name="executed: DP reduction, step sync, optimizer",
+                marker={"color": "#5C6BC0"},
+                customdata=tail["op"].to_numpy(),
+                hovertemplate="%{customdata}: %{x:.3f} ms<extra></extra>",
             )
         )
     d = plan.num_devices

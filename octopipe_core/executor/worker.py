@@ -23,7 +23,7 @@ from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.harness import leave_process_group
 from octopipe_core.executor.job_config import load_job_config
 from octopipe_core.executor.runtime import PeerError, init_distributed
-from octopipe_core.executor.trace import records_trace, write_trace
+from octopipe_core.executor.trace import records_trace, result_steps, write_trace
 from octopipe_core.executor.train import execute, install_signal_handler
 from octopipe_core.executor.trust import strip_cwd_from_path
 
@@ -34,7 +34,13 @@ def write_outputs(res: dict[str, Any], out: Path) -> None:
         torch.save(res["grads"], out / "grads.pt")
     summary = {k: v for k, v in res.items() if k not in ("grads", "params_by_replica")}
     (out / "result.json").write_text(json.dumps(summary))
-    trace = records_trace(res["records"], tail=res["tail"], peak_memory_gib=res["peak_memory_gib"])
+    trace = records_trace(
+        res["records"],
+        tail=res["tail"],
+        peak_memory_gib=res["peak_memory_gib"],
+        layout=res.get("layout"),
+        steps=result_steps(res),
+    )
     write_trace(trace, out / "trace_executed.json")
 
 
