@@ -18,7 +18,8 @@ from octopipe_core.commands.argtypes import OneLineParser
 from octopipe_core.errors import OctoPipeError
 
 COMMAND_MODULES = (
-    "simulate", "baselines", "export", "run", "profile", "tune", "plan-cluster", "calibrate",
+    "simulate", "baselines", "export", "run", "profile", "tune", "plan-cluster", "verify",
+    "calibrate",
 )  # fmt: skip
 
 

@@ -11,7 +11,14 @@ import argparse
 import sys
 from typing import Any
 
-from octopipe_core.commands.argtypes import DEVICES, MEMORY_GIB, MICROBATCHES, SEED, TIME_BUDGET_S
+from octopipe_core.commands.argtypes import (
+    DEVICES,
+    MEMORY_GIB,
+    MICROBATCHES,
+    SEED,
+    TIME_BUDGET_S,
+    int_in,
+)  # fmt: skip
 from octopipe_core.commands.cluster_args import add_cluster_args, apply_cluster
 from octopipe_core.commands.common import (
     add_out_args,
@@ -24,7 +31,9 @@ from octopipe_core.commands.common import (
 from octopipe_core.dp_order import order_w_for_dp
 from octopipe_core.limits import check_size, check_tune_layers
 from octopipe_core.plan import save_plan
+from octopipe_core.profile import Profile
 from octopipe_core.tuner import TuneProgress, TuneResult, tune
+from octopipe_core.verify import MAX_CANDIDATES, VerifyResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +70,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=SEED, default=0, metavar="N")
     add_out_args(p, "PLAN.json", "save the tuned plan here (checked before the search)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--verify",
+        type=int_in(1, MAX_CANDIDATES - 1),
+        default=None,
+        metavar="K",
+        help="then measure the tuned plan (and any runners-up) against the K best peers on the "
+        "executor here (`octopipe verify`'s defaults)",
+    )
     add_cluster_args(p)
     p.set_defaults(func=run)
 
@@ -100,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     check_size(2 * args.devices, args.microbatches, "tune")  # V layouts: 2 stages per device
     prof = apply_cluster(resolve_profile(args.profile), args, args.devices)
     check_tune_layers(prof.num_layers)
+    if args.verify:  # before the search: the runs must be possible here
+        from octopipe_core.commands.verify import check_local
+
+        check_local(args.devices * (prof.deployment.layout.dp if prof.deployment else 1))
     res = tune(
         prof,
         args.devices,
@@ -124,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
     if out_path is not None:
         save_plan(res.plan, out_path, prof)
         out = str(out_path)
+    ver = (
+        verify_tuned(res, prof, args, out_path.name if out_path else "tuned")
+        if args.verify
+        else None
+    )
     if args.json:
         d = res.to_dict()
         d.pop("baselines")  # printed last, each peer's step time and fit only
@@ -135,11 +161,32 @@ def run(args: argparse.Namespace) -> int:
                 **d,
                 "plan": out,
                 "baselines": res.baselines.to_json(("step_time_ms", "fits_memory")),
+                **({"verify": ver.to_dict()} if ver is not None else {}),
             }
         )
     else:
         print(summary(res, prof.name, out))
+        if ver is not None:
+            from octopipe_core.commands.verify import format_result
+
+            print(f"\nverified by measurement (octopipe verify):\n{format_result(ver)}")
     return 0 if res.fits_memory else 3
+
+
+def verify_tuned(
+    res: TuneResult, prof: Profile, args: argparse.Namespace, name: str
+) -> VerifyResult:
+    """``--verify K``: the tuned plan, its runners-up (the best plans of other layouts its
+    climbs reached) and the K best peers, measured with ``octopipe verify``'s defaults."""
+    from octopipe_core.commands.verify import measure
+    from octopipe_core.verify import Candidate, peer_candidates
+
+    cands = [Candidate(name, res.plan, prof, "plan", res.step_time_ms)]
+    cands += [Candidate.of(f"runner-up-{i + 1}", u, prof) for i, u in enumerate(res.runners_up)]
+    peers = peer_candidates(prof, args.devices, args.microbatches, [], args.verify, args.memory_gib)
+    ver = measure(cands[: MAX_CANDIDATES - len(peers)] + peers)
+    assert ver is not None  # None only for export_only
+    return ver
 
 
 def summary(res: TuneResult, name: str, out: str | None) -> str:

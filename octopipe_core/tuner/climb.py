@@ -134,6 +134,7 @@ class _State:
         self.t_best = 0.0
         self.last_accept = 0.0
         self.best: Candidate | None = None
+        self.climbed: list[Candidate] = []  # where each climb ended (for the runners-up)
         self.stop_requested = False
         self.proven = False
 

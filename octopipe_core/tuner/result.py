@@ -69,6 +69,8 @@ class TuneResult:
     granularity_ms: float = 0.0
     bounds: Bounds | None = None
     stop_reason: str = ""
+    # the best plans of other layouts the climbs reached, fastest first (``search.runners_up``)
+    runners_up: list[Plan] = field(default_factory=list)
 
     @property
     def step_time_ms(self) -> float:

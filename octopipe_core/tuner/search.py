@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 from octopipe_core.bounds import plan_bounds
 from octopipe_core.errors import OctoPipeError
@@ -141,6 +142,7 @@ def tune(
     # climb from the best peer; then restart from the best peers and layout families with
     # other placements (built once the first climb is done)
     best = state.climb(best, switch_families=True)
+    state.climbed.append(best)
     others = list(peers[1:])
     # ranking the layouts behind these proposals takes seconds on wide problems (every
     # family's fill-aware partition, the spread layouts): not once the budget is spent
@@ -204,10 +206,27 @@ def tune(
         reason = "climbs converged (stop_at_convergence)"
     converged = state.proven or exhausted or (stop_at_convergence and climbs_done)
     search_time = time.perf_counter() - t0
-    return _finish(
+    res = _finish(
         ev, best, baselines, state.history, state.it, search_time, state.t_best, converged,
         start, start_ms, bounds, reason,
     )  # fmt: skip
+    res.runners_up = runners_up(best, state.climbed)
+    return res
+
+
+RUNNERS_UP = 3  # the best plans of other layouts a tune keeps, for measuring beside its own
+
+
+def runners_up(best: Candidate, climbed: list[Candidate], k: int = RUNNERS_UP) -> list[Plan]:
+    """The best plan of each other layout (partition and placement) the climbs ended on,
+    fastest first, at most ``k``; only plans that fit when the best one does."""
+    mine = (tuple(best.plan.partition), tuple(best.plan.placement))
+    per: dict[tuple[Any, Any], Candidate] = {}
+    for c in climbed:
+        key = (tuple(c.plan.partition), tuple(c.plan.placement))
+        if key != mine and c.fits >= best.fits and (key not in per or better(c, per[key])):
+            per[key] = c
+    return [c.plan for c in sorted(per.values(), key=lambda c: c.key())[:k]]
 
 
 def _keep(best: Candidate, cand: Candidate) -> Candidate:
@@ -224,7 +243,9 @@ def _restart(
          "elapsed_s": round(time.perf_counter() - state.t0, 3)}
     )  # fmt: skip
     state.report("restart", s0, f"restart from {s0.origin}")
-    return _keep(best, state.climb(s0, switch_families=False, first_gain=first_gain))
+    got = state.climb(s0, switch_families=False, first_gain=first_gain)
+    state.climbed.append(got)
+    return _keep(best, got)
 
 
 def _seed_candidate(ev: Evaluator, plan: Plan, origin: str) -> Candidate | None:
