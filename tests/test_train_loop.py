@@ -181,3 +181,20 @@ def test_merged_results_list_each_ranks_peak_memory_in_rank_order() -> None:
     # gathered parts may come in any order; the list follows the ranks
     res = merge_results([part(1, 3.5), part(0, 2.0), part(2, None)], warmup=0)
     assert res["peak_memory_gib"] == [2.0, 3.5, None]
+
+
+def test_steps_run_with_the_collector_off_and_it_comes_back() -> None:
+    import gc
+
+    from octopipe_core.executor.train import manual_gc
+
+    assert gc.isenabled()
+    with manual_gc():
+        assert not gc.isenabled()  # no full collection in the middle of a step
+    assert gc.isenabled()
+    try:
+        with manual_gc():
+            raise RuntimeError("a rank failed")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
