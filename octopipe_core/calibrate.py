@@ -7,7 +7,10 @@ stages, op kinds and runs:
 
 * an op's busy time (from its start, input waits excluded, to the moment the rank is ready for
   its next op: its own compute plus the sends and receives it posts) is the sum of its stage's
-  layers' times for that kind plus a fixed cost per op kind (F, B, W, fused BW);
+  layers' times for that kind plus a fixed cost per op kind (F, B, W, fused BW), plus a fixed
+  cost of posting its output when it goes to another device;
+* each device's speed (its ops' time relative to the fastest device's: a slower core, a
+  straggling GPU), from the same layers measured on different devices;
 * per layer type and kind (F, B, W), the layer time starts from the prior profile's, scaled
   per kind (a first fit of one scale and one fixed cost per kind), and moves as far as the
   measurements say: stages made of different layers tell the types apart, so calibrate on at
@@ -28,8 +31,8 @@ Nothing here runs a job; ``commands/calibrate.py`` runs them or reads their trac
 >>> truth = prior.with_runtime(RuntimeCosts(f_op_ms=0.3, b_op_ms=0.3, w_op_ms=0.3))
 >>> runs = [synthetic_run(truth, p, f"p{i}") for i, p in enumerate(plans)]
 >>> fit = fit_profile(prior, runs)
->>> round(fit.profile.runtime.f_op_ms, 2), max(abs(e) for e in fit.step_error_pct().values()) < 1
-(0.3, True)
+>>> max(abs(e) for e in fit.step_error_pct().values()) < 1  # each run's step, in %
+True
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ class Fit:
         measured mean (%, fitted / measured - 1)."""
         out: dict[str, dict[str, float]] = {}
         tables = [
-            stage_costs(self.profile, r.plan.partition, r.plan.recompute).ops for r in self.runs
+            stage_costs(self.profile, r.plan.partition, r.plan.recompute).ops_on(r.plan.placement)
+            for r in self.runs
         ]
         errs: dict[str, list[tuple[float, int]]] = defaultdict(list)
         for (ri, s, k), (y, n) in self.observed.items():
@@ -132,9 +136,13 @@ class Fit:
         rt = self.profile.runtime
         d = self.profile.device
         lines = [
-            "fixed cost per op (ms): " + ", ".join(f"{k} {rt.op_ms(k):.4f}" for k in OP_KINDS),
+            "fixed cost per op (ms): "
+            + ", ".join(f"{k} {rt.op_ms(k):.4f}" for k in OP_KINDS)
+            + f"; posting a send to another device {rt.send_op_ms:.4f}",
             f"transfers: latency {d.p2p_latency_us:.1f} us, bandwidth {d.p2p_gbps:.3g} GB/s "
             f"({self.latency_samples} waited receives)",
+            "device speed (op time / the fastest device's): "
+            + (", ".join(f"d{i} {v:.3f}" for i, v in enumerate(rt.device_speed)) or "all 1"),
             f"step tail: {rt.step_tail_ms:.3f} ms per step + optimizer "
             f"{rt.optimizer_ms_per_mib:.4g} ms per weight MiB",
             "residuals per op kind (fitted op time / measured mean - 1):",
@@ -256,39 +264,47 @@ def nnls(a: np.ndarray, b: np.ndarray, iters: int = 500) -> np.ndarray:
     return x
 
 
-def _observations(
-    runs: list[RunData],
-) -> tuple[dict[tuple[int, int, str], tuple[float, int]], dict[tuple[int, int, str], float]]:
-    """Per (run, stage, kind): mean busy time and count; and the standard error of the mean."""
-    obs: dict[tuple[int, int, str], tuple[float, int]] = {}
-    sem: dict[tuple[int, int, str], float] = {}
+@dataclass(frozen=True)
+class _Obs:
+    """One (run, stage, kind): the measured mean busy time of its ops, its standard error,
+    whether they post a send to another device, and the stage's layers by type index."""
+
+    run: int
+    stage: int
+    kind: str
+    mean_ms: float
+    count: int
+    sem_ms: float
+    sends: bool
+    layers: dict[int, int]
+    device: int
+
+
+def _observations(runs: list[RunData], types: list[str], prior: Profile) -> list[_Obs]:
+    """Per (run, stage, kind): the mean busy time (a step pays every op's time: the mean,
+    not a median or a trimmed mean, adds up to it) and its standard error, floored at 1 % of
+    the mean (and 1 us): no op is known better than that."""
+    out: list[_Obs] = []
+    idx = {t: i for i, t in enumerate(types)}
     for ri, run in enumerate(runs):
         per: dict[tuple[int, str], list[float]] = defaultdict(list)
         for s, k, ms in op_busy_ms(run):
             per[(s, k)].append(ms)
-        for (s, k), v in per.items():
-            v.sort()  # a 10 %-trimmed mean: another job's burst on a shared machine is no cost
-            cut = len(v) // 10
-            kept = v[cut : len(v) - cut] or v
+        pl, n = run.plan.placement, run.plan.num_stages
+        for (s, k), v in sorted(per.items()):
+            kept = v
             mean = statistics.fmean(kept)
             sd = statistics.stdev(kept) if len(kept) > 1 else 0.0
-            obs[(ri, s, k)] = (mean, len(v))
-            # a floor of 1 % of the mean (and 1 us): no op is known better than that
-            sem[(ri, s, k)] = max(sd / math.sqrt(len(v)), 0.01 * mean, 1e-3)
-    return obs, sem
-
-
-def _layer_counts(prior: Profile, plan: Plan, types: list[str]) -> list[dict[int, int]]:
-    """Per stage of ``plan``: how many layers of each type (by index in ``types``) it has."""
-    idx = {t: i for i, t in enumerate(types)}
-    return [
-        dict(
-            (i, sum(1 for j in range(lo, hi) if prior.layers[j] == t))
-            for t, i in idx.items()
-            if any(prior.layers[j] == t for j in range(lo, hi))
-        )
-        for lo, hi in plan.partition
-    ]
+            sends = (k == "F" and s + 1 < n and pl[s + 1] != pl[s]) or (
+                k in ("B", "BW") and s > 0 and pl[s - 1] != pl[s]
+            )
+            lo, hi = run.plan.partition[s]
+            layers: dict[int, int] = defaultdict(int)
+            for j in range(lo, hi):
+                layers[idx[prior.layers[j]]] += 1
+            sem = max(sd / math.sqrt(len(kept)), 0.01 * mean, 1e-3)
+            out.append(_Obs(ri, s, k, mean, len(v), sem, sends, dict(layers), pl[s]))
+    return out
 
 
 def fit_profile(prior: Profile, runs: list[RunData], meta: dict[str, Any] | None = None) -> Fit:
@@ -306,16 +322,14 @@ def fit_profile(prior: Profile, runs: list[RunData], meta: dict[str, Any] | None
             raise OctoPipeError(
                 f"calibrate: run {r.name} has no measured step; fix: run more --steps"
             )
-    obs, sem = _observations(runs)
+    types = [t.name for t in prior.layer_types]
+    obs = _observations(runs, types, prior)
     if not obs:
         raise OctoPipeError("calibrate: the runs recorded no compute op; fix: re-run them")
-    types = [t.name for t in prior.layer_types]
     tm = prior.type_map()
     x0 = np.array([[getattr(tm[t], f) for f in _FIELDS] for t in types])  # [type, kind]
-    counts = [_layer_counts(prior, r.plan, types) for r in runs]
-    seen = {k for (_, _, k) in obs}
-    scale, fixed = _fit_scales(obs, sem, counts, x0, seen)
-    x, fixed = _fit_layers(obs, sem, counts, x0 * scale, fixed, seen)
+    x, fixed, speed = _fit_ops(obs, x0)
+    seen = {o.kind for o in obs}
     new_types = tuple(
         replace(
             lt,
@@ -330,16 +344,15 @@ def fit_profile(prior: Profile, runs: list[RunData], meta: dict[str, Any] | None
         b_op_ms=_ms(fixed["B"]),
         w_op_ms=_ms(fixed["W"]),
         bw_op_ms=_ms(fixed["BW"]) if "BW" in seen else None,
+        send_op_ms=_ms(fixed["send"]),
+        device_speed=tuple(round(float(v), 6) for v in speed) if len(speed) > 1 else (),
     )
     prof = replace(prior, layer_types=new_types, runtime=runtime, deployment=None)
     samples = [s for r in runs for s in transfer_samples(r, prior)]
     prof = _fit_transfers(prof, samples)
     prof = _fit_tail(prof, runs)
-    if meta:
-        import json
-
-        prof = replace(prof, calibration=json.dumps(meta, sort_keys=True, separators=(",", ":")))
-    fit = Fit(prof, runs, obs, len(samples))
+    observed = {(o.run, o.stage, o.kind): (o.mean_ms, o.count) for o in obs}
+    fit = Fit(prof, runs, observed, len(samples))
     if meta is not None:
         rec = dict(meta, residuals=fit.residuals(), step_error_pct=fit.step_error_pct())
         fit.profile = Profile.from_dict(
@@ -349,6 +362,7 @@ def fit_profile(prior: Profile, runs: list[RunData], meta: dict[str, Any] | None
 
 
 _FIELDS = ("forward_ms", "backward_input_ms", "backward_weight_ms")
+FIXED = ("F", "B", "W", "BW", "send")  # the fixed costs: per op kind, and per remote send
 
 
 def _ms(v: float) -> float:
@@ -360,42 +374,81 @@ def _kind_cols(k: str) -> tuple[int, ...]:
     return (1, 2) if k == "BW" else (KINDS.index(k),)
 
 
-def _fit_scales(
-    obs: dict[tuple[int, int, str], tuple[float, int]],
-    sem: dict[tuple[int, int, str], float],
-    counts: list[list[dict[int, int]]],
-    x0: np.ndarray,
-    seen: set[str],
-) -> tuple[np.ndarray, dict[str, float]]:
-    """One scale per kind (F, B, W) of the prior's layer times and one fixed cost per op kind:
-    ``[a_F, a_B, a_W, c_F, c_B, c_W, c_BW]``. Weak rows tie what the runs cannot tell apart
-    (the scales of B and W when only fused BW ran; the fixed costs of B, W and BW)."""
+def _fixed_row(o: _Obs, width: int, at: int) -> np.ndarray:
+    """The fixed-cost part of an observation's row: its kind's cost, and the send's."""
+    row = np.zeros(width)
+    row[at + FIXED.index(o.kind)] = 1.0
+    if o.sends:
+        row[at + FIXED.index("send")] = 1.0
+    return row
+
+
+def _fit_ops(
+    obs: list[_Obs], x0: np.ndarray, rounds: int = 16
+) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+    """Layer times, fixed costs and each device's speed (its ops' time relative to the
+    fastest device's): the costs fitted on times divided by the devices' speeds, then each
+    speed from its device's measured over fitted time (count-weighted), a few rounds."""
+    speed = np.ones(max(o.device for o in obs) + 1)
+    for _ in range(rounds):
+        adj = [
+            replace(o, mean_ms=o.mean_ms / speed[o.device], sem_ms=o.sem_ms / speed[o.device])
+            for o in obs
+        ]
+        scale, fixed = _fit_scales(adj, x0)
+        x, fixed = _fit_layers(adj, x0 * scale, fixed)
+        if len(speed) == 1:
+            break
+        meas, fit = np.zeros(len(speed)), np.zeros(len(speed))
+        for o in obs:
+            meas[o.device] += o.count * o.mean_ms
+            fit[o.device] += o.count * _predict(o, x, fixed)
+        ratio = np.where(fit > 0, meas / np.maximum(fit, 1e-12), 1.0)
+        speed = ratio / ratio.min()
+    return x, fixed, speed
+
+
+def _predict(o: _Obs, x: np.ndarray, fixed: dict[str, float]) -> float:
+    """An observation's op time under fitted layer times and fixed costs (speed 1)."""
+    ms = fixed[o.kind] + (fixed["send"] if o.sends else 0.0)
+    for col in _kind_cols(o.kind):
+        ms += sum(n * x[t, col] for t, n in o.layers.items())
+    return ms
+
+
+def _fit_scales(obs: list[_Obs], x0: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """One scale per kind (F, B, W) of the prior's layer times and the fixed costs (per op
+    kind, per remote send): ``[a_F, a_B, a_W, c_F, c_B, c_W, c_BW, c_send]``. A fixed cost is
+    an op's overhead, not its work: where the runs cannot tell it from a scale, a prior of 0
+    (10 % of the kind's typical op) prefers the scale; weak rows tie what the runs cannot tell
+    apart (the scales of B and W when only fused BW ran; c_B + c_W = c_BW)."""
+    width = 3 + len(FIXED)
     rows, rhs = [], []
-    for (ri, s, k), (y, _) in obs.items():
-        row = np.zeros(7)
-        for col in _kind_cols(k):
-            row[col] = sum(n * x0[t, col] for t, n in counts[ri][s].items())
-        row[3 + OP_KINDS.index(k)] = 1.0
-        rows.append(row / sem[(ri, s, k)])
-        rhs.append(y / sem[(ri, s, k)])
-    # a fixed cost is an op's overhead, not its work: where the runs cannot tell a fixed cost
-    # from a scale, a prior of 0 (10 % of the kind's typical op) prefers the scale
-    for i, k in enumerate(OP_KINDS):
-        typical = [y for (_, _, kk), (y, _) in obs.items() if kk == k]
+    for o in obs:
+        row = _fixed_row(o, width, 3)
+        for col in _kind_cols(o.kind):
+            row[col] = sum(n * x0[t, col] for t, n in o.layers.items())
+        rows.append(row / o.sem_ms)
+        rhs.append(o.mean_ms / o.sem_ms)
+    seen = {o.kind for o in obs}
+    for i, k in enumerate(FIXED):
+        typical = [o.mean_ms for o in obs if o.kind == k or (k == "send" and o.sends)]
         if typical:
-            row = np.zeros(7)
+            row = np.zeros(width)
             row[3 + i] = 1.0 / (0.1 * statistics.median(typical) + 1e-3)
             rows.append(row)
             rhs.append(0.0)
     a, b = np.array(rows), np.array(rhs)
     weak = 1e-3 * max(1.0, float(np.abs(a).max()))
-    ties = [(1, 2), (4, 5)] if "W" not in seen or "B" not in seen else []
-    extra = [np.zeros(7) for _ in ties]
-    for row, (i, j) in zip(extra, ties, strict=True):
-        row[i], row[j] = weak, -weak
+    extra = []
+    if "W" not in seen or "B" not in seen:
+        for i, j in ((1, 2), (4, 5)):
+            row = np.zeros(width)
+            row[i], row[j] = weak, -weak
+            extra.append(row)
     if "BW" in seen and ("B" not in seen or "W" not in seen):
-        row = np.zeros(7)
-        row[4], row[5], row[6] = weak, weak, -weak  # c_B + c_W = c_BW
+        row = np.zeros(width)
+        row[4], row[5], row[6] = weak, weak, -weak
         extra.append(row)
     if extra:
         a = np.vstack([a, *extra])
@@ -405,51 +458,48 @@ def _fit_scales(
     for i in range(3):  # a kind with no prior time at all keeps scale 1
         if not x0[:, i].any():
             scale[i] = 1.0
-    return scale, dict(zip(OP_KINDS, (float(v) for v in sol[3:]), strict=True))
+    return scale, dict(zip(FIXED, (float(v) for v in sol[3:]), strict=True))
 
 
 def _fit_layers(
-    obs: dict[tuple[int, int, str], tuple[float, int]],
-    sem: dict[tuple[int, int, str], float],
-    counts: list[list[dict[int, int]]],
-    prior: np.ndarray,
-    fixed: dict[str, float],
-    seen: set[str],
+    obs: list[_Obs], prior: np.ndarray, fixed: dict[str, float]
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Layer times per type and kind, and the fixed costs, by least squares over every
-    observation, with a ridge toward the scaled prior (``PRIOR_REL`` of each time, and 10 us)."""
+    observation, with a ridge toward the scaled prior (``PRIOR_REL`` of each time, and 10 us)
+    and toward the first fit's fixed costs (half of each, and 10 us)."""
     T = prior.shape[0]
-    nx = 3 * T + 4
+    width = 3 * T + len(FIXED)
     rows, rhs = [], []
-    for (ri, s, k), (y, _) in obs.items():
-        row = np.zeros(nx)
-        for col in _kind_cols(k):
-            for t, n in counts[ri][s].items():
+    for o in obs:
+        row = _fixed_row(o, width, 3 * T)
+        for col in _kind_cols(o.kind):
+            for t, n in o.layers.items():
                 row[3 * t + col] += n
-        row[3 * T + OP_KINDS.index(k)] = 1.0
-        rows.append(row / sem[(ri, s, k)])
-        rhs.append(y / sem[(ri, s, k)])
+        rows.append(row / o.sem_ms)
+        rhs.append(o.mean_ms / o.sem_ms)
     for t in range(T):
         for col in range(3):
-            row = np.zeros(nx)
+            row = np.zeros(width)
             sd = PRIOR_REL * prior[t, col] + 0.01
             row[3 * t + col] = 1.0 / sd
             rows.append(row)
             rhs.append(prior[t, col] / sd)
-    for i, k in enumerate(OP_KINDS):
-        row = np.zeros(nx)
+    seen = {o.kind for o in obs} | ({"send"} if any(o.sends for o in obs) else set())
+    for i, k in enumerate(FIXED):
+        row = np.zeros(width)
         sd = 0.5 * fixed[k] + 0.01 if k in seen else 1e-3
         row[3 * T + i] = 1.0 / sd
         rows.append(row)
         rhs.append(fixed[k] / sd)
     sol = nnls(np.array(rows), np.array(rhs))
-    return sol[: 3 * T].reshape(T, 3), {k: float(sol[3 * T + i]) for i, k in enumerate(OP_KINDS)}
+    return sol[: 3 * T].reshape(T, 3), {k: float(sol[3 * T + i]) for i, k in enumerate(FIXED)}
 
 
 def _fit_transfers(prof: Profile, samples: list[tuple[float, float]]) -> Profile:
     """Latency (and bandwidth, with messages of several sizes) of the waited receives: per
-    size the 10 %-trimmed mean (waits on a loaded CPU are bimodal: tens of us, or a scheduler
-    slice when an I/O thread must wait for a core), then ``ms = latency + size / bandwidth``."""
+    size the mean, then ``ms = latency + size / bandwidth``. The mean, not the median: on a
+    loaded CPU most messages arrive in microseconds and a few wait a scheduler slice (an I/O
+    thread without a free core), and a step pays those on its critical path in proportion."""
     if not samples:
         return prof
     per: dict[float, list[float]] = defaultdict(list)
@@ -457,9 +507,7 @@ def _fit_transfers(prof: Profile, samples: list[tuple[float, float]]) -> Profile
         per[round(size, 9)].append(ms)
     sizes, means = [], []
     for size, v in sorted(per.items()):
-        v.sort()
-        cut = len(v) // 10
-        means.append(max(0.0, statistics.fmean(v[cut : len(v) - cut] or v)))
+        means.append(max(0.0, statistics.fmean(v)))
         sizes.append(size)
     dev = prof.device
     gbps = dev.p2p_gbps

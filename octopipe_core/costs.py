@@ -65,14 +65,35 @@ class StageCosts:
 
     # per stage, a fused BW op's time (its layers' B + W and one BW fixed cost); empty: b + w
     bw_ms: list[float] = field(default_factory=list)
+    # what an op pays to post its output to another device (``RuntimeCosts.send_op_ms``)
+    send_op_ms: float = 0.0
+    # per pipeline device, its ops' time relative to the fastest's (``RuntimeCosts``); ()
+    device_speed: tuple[float, ...] = ()
 
     def total_ms(self, s: int) -> float:
         return self.f_ms[s] + self.b_ms[s] + self.w_ms[s]
 
     @cached_property
     def ops(self) -> OpTable:
-        """Every op's time and memory terms, per kind and stage (computed once)."""
+        """Every op's time and memory terms, per kind and stage (computed once), without the
+        cost of posting sends (which depends on the placement: ``ops_on``)."""
         return op_table(self)
+
+    def ops_on(self, placement: list[int]) -> OpTable:
+        """The op terms with ``placement``: an F whose next stage is on another device, and a
+        B or BW whose previous stage is, also pay ``send_op_ms`` to post it; on a device of
+        ``device_speed`` x, every op takes x times as long (when the plan has that many)."""
+        devices = max(placement, default=-1) + 1
+        speed = len(self.device_speed) >= devices and any(x != 1.0 for x in self.device_speed)
+        if not self.send_op_ms and not speed:
+            return self.ops
+        key = tuple(placement)
+        cache: dict[tuple[int, ...], OpTable] = self.__dict__.setdefault("_ops_on", {})
+        if key not in cache:
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = op_table(self, placement)
+        return cache[key]
 
 
 KINDS = ("F", "B", "W", "BW")
@@ -104,15 +125,26 @@ class OpTable:
         return self.alloc_mib[kind][s] - self.free_mib[kind][s]
 
 
-def op_table(c: StageCosts) -> OpTable:
-    """The time and memory terms of every op kind of every stage of ``c``."""
+def op_table(c: StageCosts, placement: list[int] | None = None) -> OpTable:
+    """The time and memory terms of every op kind of every stage of ``c`` (with
+    ``placement``, the ops that post a send to another device pay ``c.send_op_ms``)."""
     n = c.num_stages
     rec = c.recompute_mib or [0.0] * n
     ws = c.workspace_mib or [0.0] * n
     act, stash, zero = c.activation_mib, c.stash_mib, [0.0] * n
-    bw = c.bw_ms or [b + w for b, w in zip(c.b_ms, c.w_ms, strict=True)]
+    f, b, w = c.f_ms, c.b_ms, c.w_ms
+    bw = c.bw_ms or [x + y for x, y in zip(b, w, strict=True)]
+    if placement is not None and c.send_op_ms:
+        fwd = [s + 1 < n and placement[s + 1] != placement[s] for s in range(n)]
+        back = [s > 0 and placement[s - 1] != placement[s] for s in range(n)]
+        f = [x + c.send_op_ms * y for x, y in zip(f, fwd, strict=True)]
+        b = [x + c.send_op_ms * y for x, y in zip(b, back, strict=True)]
+        bw = [x + c.send_op_ms * y for x, y in zip(bw, back, strict=True)]
+    if placement is not None and c.device_speed and max(placement) < len(c.device_speed):
+        k = [c.device_speed[d] for d in placement]
+        f, b, w, bw = ([x * y for x, y in zip(arr, k, strict=True)] for arr in (f, b, w, bw))
     return OpTable(
-        ms={"F": c.f_ms, "B": c.b_ms, "W": c.w_ms, "BW": bw},
+        ms={"F": f, "B": b, "W": w, "BW": bw},
         alloc_mib={"F": act, "B": rec, "W": zero, "BW": rec},
         hold_mib={"F": zero, "B": ws, "W": zero, "BW": ws},
         free_mib={
@@ -177,7 +209,7 @@ def stage_costs(
         ws = [max((lt.workspace_mib for lt in layers[lo:hi]), default=0.0) for lo, hi in partition]
     return StageCosts(
         r(f), r(b), r(w), r(act), r(stash), r(wt), out, send, wire, lat, r(rec) if rec else [],
-        r(ws), r(bw),
+        r(ws), r(bw), profile.runtime.send_op_ms, profile.runtime.device_speed,
     )  # fmt: skip
 
 

@@ -48,7 +48,7 @@ def build_graph(profile: Profile, plan: Plan) -> nx.DiGraph:
         prev = None
         for a in acts:
             s, k = a.stage, a.kind
-            t = c.ops  # the one cost model (``costs.OpTable``)
+            t = c.ops_on(plan.placement)  # the one cost model (``costs.OpTable``)
             dur = t.ms[k][s]
             hold = t.hold_mib[k][s]  # a backward's working memory, held while it runs
             alloc = t.alloc_mib[k][s] + hold

@@ -138,6 +138,12 @@ class RuntimeCosts:
     """Fixed cost of every W op (weight-gradient pass)."""
     bw_op_ms: float | None = None
     """Fixed cost of every fused BW op; None: ``b_op_ms + w_op_ms``."""
+    send_op_ms: float = 0.0
+    """What an op pays on its own stream to post its output to another device (copy, isend)."""
+    device_speed: tuple[float, ...] = ()
+    """Per pipeline device, its ops' time relative to the fastest device's (>= 1; a slower core
+    or a straggling GPU); () or fewer devices than the plan's: all 1."""
+
     step_tail_ms: float = 0.0
     """Once per step after the last pipeline op: the step's small all-reduce and set-up."""
     optimizer_ms_per_mib: float = 0.0
@@ -159,6 +165,8 @@ class RuntimeCosts:
             ops["BW"] = self.bw_op_ms
         return {
             "op_overhead_ms": ops,
+            "send_op_ms": self.send_op_ms,
+            **({"device_speed": list(self.device_speed)} if self.device_speed else {}),
             "step_tail_ms": self.step_tail_ms,
             "optimizer_ms_per_mib": self.optimizer_ms_per_mib,
         }
@@ -455,7 +463,7 @@ def _parse_runtime(raw: Any, src: str) -> RuntimeCosts:
     fix = 'write {"op_overhead_ms": {"F": 0.1, "B": 0.1, "W": 0.05}, "step_tail_ms": 1.0}'
     if not isinstance(raw, dict):
         raise input_error(src, "runtime", "expected an object", fix)
-    known = ("op_overhead_ms", "step_tail_ms", "optimizer_ms_per_mib")
+    known = ("op_overhead_ms", "send_op_ms", "device_speed", "step_tail_ms", "optimizer_ms_per_mib")
     for key in raw:
         if key not in known:
             raise input_error(src, f"runtime.{_key(key)}", "unknown key", f"use {', '.join(known)}")
@@ -468,11 +476,21 @@ def _parse_runtime(raw: Any, src: str) -> RuntimeCosts:
                 src, f"runtime.op_overhead_ms.{_key(key)}", "unknown op kind", "use F, B, W, BW"
             )
     vals = {k: _number(ops[k], src, f"runtime.op_overhead_ms.{k}_ms") for k in ops}
+    speed = raw.get("device_speed", [])
+    if not isinstance(speed, list) or len(speed) > 65536:
+        raise input_error(src, "runtime.device_speed", "expected a list", "write [1.0, 1.05]")
+    for i, v in enumerate(speed):
+        if _number(v, src, f"runtime.device_speed[{i}]") < 1.0:
+            raise input_error(
+                src, f"runtime.device_speed[{i}]", f"got {v}", "use >= 1 (the fastest device is 1)"
+            )
     return RuntimeCosts(
         f_op_ms=vals.get("F", 0.0),
         b_op_ms=vals.get("B", 0.0),
         w_op_ms=vals.get("W", 0.0),
         bw_op_ms=vals.get("BW"),
+        send_op_ms=_number(raw.get("send_op_ms", 0.0), src, "runtime.send_op_ms"),
+        device_speed=tuple(float(v) for v in speed),
         step_tail_ms=_number(raw.get("step_tail_ms", 0.0), src, "runtime.step_tail_ms"),
         optimizer_ms_per_mib=_number(
             raw.get("optimizer_ms_per_mib", 0.0), src, "runtime.optimizer_ms_per_mib"
@@ -518,6 +536,7 @@ _CSV_META = {
     "gpus": int,
     "source": str,
     "op_overhead_ms": str,  # "F=0.1 B=0.2 W=0.05 [BW=0.2]"
+    "send_op_ms": float,
     "step_tail_ms": float,
     "optimizer_ms_per_mib": float,
 }
@@ -631,7 +650,7 @@ def _csv_runtime(meta: dict[str, Any], src: str) -> dict[str, Any]:
                     src, "op_overhead_ms", f"bad item {part[:30]!r}", "write F=0.1 B=0.2 W=0.05"
                 )
         out["op_overhead_ms"] = ops
-    for key in ("step_tail_ms", "optimizer_ms_per_mib"):
+    for key in ("send_op_ms", "step_tail_ms", "optimizer_ms_per_mib"):
         if key in meta:
             out[key] = meta[key]
     return out
@@ -657,7 +676,8 @@ def profile_to_csv(profile: Profile) -> str:
     if profile.runtime != NO_RUNTIME:  # (the calibration record stays in the JSON form only)
         rt = profile.runtime.to_dict()
         ops = " ".join(f"{k}={v!r}" for k, v in rt["op_overhead_ms"].items())
-        out.write(f"# op_overhead_ms: {ops}\n# step_tail_ms: {rt['step_tail_ms']!r}\n")
+        out.write(f"# op_overhead_ms: {ops}\n# send_op_ms: {rt['send_op_ms']!r}\n")
+        out.write(f"# step_tail_ms: {rt['step_tail_ms']!r}\n")
         out.write(f"# optimizer_ms_per_mib: {rt['optimizer_ms_per_mib']!r}\n")
     w = csv.writer(out, lineterminator="\n")
     layers = profile.layer_costs()

@@ -354,7 +354,7 @@ def _simulate(
     S = plan.num_stages
     D = plan.num_devices
     placement = plan.placement
-    table = costs.ops  # every op's time and memory terms (the one cost model, ``costs.py``)
+    table = costs.ops_on(placement)  # every op's time and memory (the one cost model)
     fms, bms, wms, bwms = (table.ms[k] for k in ("F", "B", "W", "BW"))
     wire, lat = boundary_comm(profile, plan, costs)
 

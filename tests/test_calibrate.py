@@ -15,6 +15,7 @@ import pytest
 
 from octopipe_core.calibrate import fit_profile, nnls, synthetic_run
 from octopipe_core.cli import main
+from octopipe_core.commands.calibrate import second_plan
 from octopipe_core.costs import stage_costs
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.graph import build_graph, simulate_graph
@@ -32,7 +33,7 @@ from octopipe_core.schedules import build_plan
 from octopipe_core.simulator import simulate
 
 RT = RuntimeCosts(
-    f_op_ms=0.2, b_op_ms=0.3, w_op_ms=0.1, bw_op_ms=0.35, step_tail_ms=1.5,
+    f_op_ms=0.2, b_op_ms=0.3, w_op_ms=0.1, bw_op_ms=0.35, send_op_ms=0.15, step_tail_ms=1.5,
     optimizer_ms_per_mib=0.002,
 )  # fmt: skip
 
@@ -59,6 +60,13 @@ def test_every_op_pays_its_kinds_fixed_cost_once() -> None:
     with_rt = stage_costs(prof.with_runtime(RT), part).ops
     for k, c in (("F", 0.2), ("B", 0.3), ("W", 0.1), ("BW", 0.35)):
         assert with_rt.ms[k] == pytest.approx([x + c for x in plain.ms[k]])
+    # posting a send: stage 0's F and stage 1's B and BW go to the other device, W never
+    sent = stage_costs(prof.with_runtime(RT), part).ops_on([0, 1])
+    assert sent.ms["F"] == pytest.approx([with_rt.ms["F"][0] + 0.15, with_rt.ms["F"][1]])
+    for k in ("B", "BW"):
+        assert sent.ms[k] == pytest.approx([with_rt.ms[k][0], with_rt.ms[k][1] + 0.15])
+    assert sent.ms["W"] == with_rt.ms["W"]
+    assert stage_costs(prof.with_runtime(RT), part).ops_on([0, 0]).ms == with_rt.ms
     # memory terms do not change with the runtime's times
     assert with_rt.free_mib == plain.free_mib and with_rt.alloc_mib == plain.alloc_mib
     # without a BW cost of its own, a fused BW pays the B and the W costs
@@ -111,16 +119,15 @@ def test_nnls_matches_a_brute_force_search() -> None:
 def test_the_fit_recovers_injected_scales_and_fixed_costs() -> None:
     prior = load_sample("tiny-hybrid")
     truth = scaled(prior, 1.3, 1.2, 1.1).with_runtime(RT)
-    plans = [
-        build_plan(prior, "1f1b", 2, 8, partition="balanced"),
-        build_plan(prior, "zb-h1", 2, 8, partition="uniform"),
-    ]
+    zb = build_plan(prior, "zb-h1", 2, 8, partition="uniform")
+    plans = [zb, second_plan(zb, prior)[1]]  # what calibrate runs for one plan given
     fit = fit_profile(prior, [synthetic_run(truth, p, f"p{i}") for i, p in enumerate(plans)])
     rt = fit.profile.runtime
     assert rt.step_tail_ms == pytest.approx(RT.step_tail_ms, rel=0.02)
     assert rt.optimizer_ms_per_mib == pytest.approx(RT.optimizer_ms_per_mib, rel=0.02)
     for k in ("F", "B", "W", "BW"):
         assert rt.op_ms(k) == pytest.approx(RT.op_ms(k), abs=0.05), k
+    assert rt.send_op_ms == pytest.approx(RT.send_op_ms, abs=0.05)
     assert all(abs(e) < 1.0 for e in fit.step_error_pct().values())
     # plans the fit never saw predict as the truth does
     for sched in ("zb-h2", "interleaved", "zbv"):
@@ -130,6 +137,21 @@ def test_the_fit_recovers_injected_scales_and_fixed_costs() -> None:
     # and the uncalibrated prior does not (so the check above could fail)
     plan = build_plan(prior, "zbv", 2, 8, partition="uniform")
     assert simulate(prior, plan).step_time_ms < 0.9 * simulate(truth, plan).step_time_ms
+
+
+def test_the_fit_finds_a_slower_device() -> None:
+    prior = load_sample("tiny-hybrid")
+    truth = prior.with_runtime(replace(RT, device_speed=(1.0, 1.08)))
+    zb = build_plan(prior, "zb-h1", 2, 8, partition="uniform")
+    plans = [zb, second_plan(zb, prior)[1]]
+    fit = fit_profile(prior, [synthetic_run(truth, p, f"p{i}") for i, p in enumerate(plans)])
+    assert fit.profile.runtime.device_speed == pytest.approx((1.0, 1.08), abs=0.01)
+    # every op on the slower device takes 8 % longer, so the tuner weighs where work goes
+    plan = build_plan(prior, "1f1b", 2, 8, partition="balanced")
+    swapped = replace(plan, placement=[1, 0])
+    here = stage_costs(truth, plan.partition).ops_on(plan.placement).ms["F"]  # d0, d1
+    there = stage_costs(truth, plan.partition).ops_on(swapped.placement).ms["F"]  # d1, d0
+    assert here[1] == pytest.approx(there[1] * 1.08) and there[0] == pytest.approx(here[0] * 1.08)
 
 
 def test_stages_of_different_layers_tell_the_layer_types_apart() -> None:
@@ -209,17 +231,17 @@ def test_calibrate_runs_two_plans_and_writes_a_profile_that_simulates(
     calibrated: dict[str, Any],
 ) -> None:
     tmp, summary = calibrated["dir"], calibrated["summary"]
-    assert "added 1f1b/uniform" in calibrated["stderr"]  # a second partition, on its own
-    assert "[2/2] running" in calibrated["stderr"]  # live progress lines
-    assert set(summary["step_error_pct"]) == {"zb.json", "1f1b/uniform"}
+    assert "added interleaved-x5/uniform" in calibrated["stderr"]  # a second partition, on its own
+    assert "round 2/2: running" in calibrated["stderr"]  # live progress lines, 2 rounds each
+    assert set(summary["step_error_pct"]) == {"zb.json", "interleaved-x5/uniform"}
     assert set(summary["residuals"]) >= {"F", "B", "W", "BW"}
     assert all(v > 0 for v in summary["measured_median_ms"].values())
     prof = load_profile(tmp / "cal.json")
     rec = json.loads(prof.calibration)
-    assert rec["plans"] == ["zb.json", "1f1b/uniform"] and rec["backend"] == "auto"
-    assert rec["steps"] == 4 and rec["date"].startswith("20")
+    assert rec["plans"] == ["zb.json", "interleaved-x5/uniform"] and rec["backend"] == "auto"
+    assert rec["steps"] == 4 and rec["rounds"] == 2 and rec["date"].startswith("20")
     assert prof.tokens_per_microbatch == 8 * 2  # the executed model: seq 8, micro-batch 2
-    assert prof.runtime.op_ms("F") >= 0 and prof.device.p2p_latency_us > 0
+    assert prof.runtime.op_ms("F") >= 0 and prof.device.p2p_latency_us >= 0
     sim = _cli("simulate", "--plan", "zb.json", "--profile", "cal.json", "--json", cwd=tmp)
     assert sim.returncode == 0, sim.stderr
     step = json.loads(sim.stdout)["step_time_ms"]

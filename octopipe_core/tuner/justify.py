@@ -74,7 +74,7 @@ class Graph:
                 succs[p].append((a, delay))
         self.preds, self.succs = preds, succs
         self.device = [placement[(a % SM) // M] for a in range(self.N)]
-        ms = costs.ops.ms  # the one cost model (``costs.OpTable``)
+        ms = costs.ops_on(placement).ms  # the one cost model (``costs.OpTable``)
         per_stage = (ms["F"], ms["B"], ms["W"])
         self.dur = [x for arr in per_stage for x in arr for _ in range(M)]
 
@@ -135,7 +135,7 @@ def forward_pass(
     S, M, N = g.S, g.M, g.N
     SM = S * M
     dur, dev = g.dur, g.device
-    table = costs.ops  # the one cost model: what each F, B and W leaves allocated
+    table = costs.ops  # the one cost model: what each F, B and W leaves allocated (memory)
     act = table.alloc_mib["F"]
     net = [[table.net_mib(k, s) for s in range(S)] for k in _KINDS]
     wire, lat = costs.wire_ms, costs.latency_ms

@@ -155,7 +155,7 @@ def list_schedule(
     as some device's start time plus its remaining work exceeds that bound.
     """
     S, D, M = len(placement), num_devices, microbatches
-    table = costs.ops  # every op's time and memory terms (the one cost model, ``costs.py``)
+    table = costs.ops_on(placement)  # every op's time and memory (the one cost model)
     f, b, w = table.ms["F"], table.ms["B"], table.ms["W"]
     act = table.alloc_mib["F"]
     rec = table.alloc_mib["B"]  # allocated by a recomputing B at its start
