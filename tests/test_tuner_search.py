@@ -218,3 +218,17 @@ def test_random_plan_search_is_deterministic_and_reports_progress():
     rs_seen: list[TuneProgress] = []
     r = random_search(prof, 4, 8, time_budget_s=60, max_evaluations=100, progress=rs_seen.append)
     assert rs_seen[0].phase == "start" and rs_seen[-1].best_step_time_ms == r.step_time_ms
+
+
+def test_runners_up_are_the_best_plans_of_other_layouts() -> None:
+    from octopipe_core.profile import load_sample
+    from octopipe_core.simulator import simulate
+    from octopipe_core.tuner import tune
+
+    prof = load_sample("tiny-hybrid")
+    res = tune(prof, 2, 8, time_budget_s=2, seed=0)
+    layouts = [(tuple(p.partition), tuple(p.placement)) for p in res.runners_up]
+    assert res.runners_up and len(layouts) == len(set(layouts)) <= 3
+    assert (tuple(res.plan.partition), tuple(res.plan.placement)) not in layouts
+    steps = [simulate(prof, p).step_time_ms for p in res.runners_up]
+    assert steps == sorted(steps) and steps[0] >= res.step_time_ms - 1e-9

@@ -207,8 +207,12 @@ def test_tune_verify(
             "--time-budget-s", "0.5", "--out", str(out), "--verify", "1", "--json"]  # fmt: skip
     assert main(argv) == 0
     ver = json.loads(capsys.readouterr().out)["verify"]
-    assert [row["source"] for row in ver["rows"]] == ["plan", "peer"]
-    _check_rows(ver, ["t.json", ver["rows"][1]["name"]])
+    rows = ver["rows"]
+    # the tuned plan, its runners-up (the best plans of other layouts), then the best peer
+    ups = [r["name"] for r in rows[1:-1]]
+    assert ups == [f"runner-up-{i + 1}" for i in range(len(ups))] and len(ups) <= 3
+    assert [row["source"] for row in rows] == ["plan"] * (1 + len(ups)) + ["peer"]
+    _check_rows(ver, ["t.json", *ups, rows[-1]["name"]])
 
 
 def test_bad_inputs_are_one_line(tuned: Path) -> None:

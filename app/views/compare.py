@@ -1,11 +1,11 @@
-"""Compare page: plans side by side, a sweep over sizes, a plan diff by layers, and a run's
-trace over the simulated timeline."""
+"""Compare page: plans side by side, a sweep over sizes, a plan diff by layers, a run's
+trace over the simulated timeline, and measured step times (verify) beside the plans."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app.components import compare_views, panels, state
+from app.components import compare_views, panels, state, verify_view
 from app.components.compare_views import VIEWS
 from octopipe_core.errors import OctoPipeError
 
@@ -54,7 +54,7 @@ if view_key == "sweep":
     extra |= compare_views.sweep_query()
 query = state.sync_query_params(extra)
 panels.share_caption("compare", query)
-if not picked and view_key != "executed":
+if not picked and view_key not in ("executed", "verify"):
     st.info("Pick at least one plan.")
     st.stop()
 plans = {k: choices[k] for k in picked}
@@ -65,5 +65,7 @@ elif view_key == "sweep":
     compare_views.sweep()
 elif view_key == "diff":
     compare_views.diff(choices, plans)
+elif view_key == "verify":
+    verify_view.view(choices, picked)
 else:
     compare_views.executed(choices)

@@ -8,7 +8,7 @@ import argparse
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from octopipe_core.plan import load_plan
 from octopipe_core.verify import (
     MAX_LOCAL_RANKS,
     Candidate,
+    Runner,
     VerifyResult,
     check_budget,
     parse_peers,
@@ -150,10 +151,13 @@ def measure(
     run_timeout_s: float | None = None,
     workdir: str | None = None,
     export_only: bool = False,
+    progress: Callable[[str], None] | None = None,
+    runner: Callable[[list[Path], float, str], Runner] = jobs.LocalJobs,
 ) -> VerifyResult | None:
     """Export ``cands`` into ``workdir`` (default: a temporary folder, removed) and run them
-    here in rounds (defaults: ``ROUNDS_DEFAULT``, ``STEPS``, ``WARMUP``, ``RUN_TIMEOUT_S``);
-    with ``export_only``, stop after writing the folders (returns None)."""
+    here in rounds (defaults: ``ROUNDS_DEFAULT``, ``STEPS``, ``WARMUP``, ``RUN_TIMEOUT_S``),
+    each run's line to ``progress`` (default: stderr) through ``runner`` (default: the local
+    launcher); with ``export_only``, stop after writing the folders (returns None)."""
     from octopipe_core.executor.export import DEFAULT_MODEL
 
     rounds = ROUNDS_DEFAULT if rounds is None else rounds
@@ -182,8 +186,8 @@ def measure(
             )
             return None
         check_local(max(jobs.job_world(p) for p in paths))
-        runner = jobs.LocalJobs(paths, run_timeout_s, str(runtime["backend"]))
-        res = verify(cands, runner, rounds=rounds, progress=_stderr)
+        run = runner(paths, run_timeout_s, str(runtime["backend"]))
+        res = verify(cands, run, rounds=rounds, progress=progress or _stderr)
     finally:
         if not workdir:
             shutil.rmtree(folder, ignore_errors=True)
