@@ -1,260 +1,181 @@
-"""Simulator fidelity against the real executor (2 gloo ranks pinned to separate CPU cores).
+"""Predicted against measured steps, before and after calibration (CPU, 2 pinned gloo ranks).
 
-For each plan (1F1B, ZB-H1, the tuner's plan if ``octopipe_core.tuner`` exists, and a
-hand-made irregular plan) the job runs ``--warmup`` + ``--steps`` steps; on the measured steps:
+1. ``octopipe profile`` times each stand-in layer alone (core 0): the *isolated* profile.
+2. ``octopipe calibrate`` runs two plans with different partitions (ZB-H1 on the uniform
+   partition, and the plan calibrate adds: interleaved 1F1B in as many chunks as there are
+   layers per device, so one layer a stage; split and fused backwards; ``--cal-rounds``
+   interleaved rounds of ``--cal-steps`` steps each) and fits a profile; the tuner tunes on it
+   (``--tune-s``).
+3. ``octopipe verify``'s machinery runs, interleaved in ``--rounds`` rounds of ``--steps``
+   steps, the predicted plans (the tuned plan, the hand-made irregular plan, ZB-H1,
+   interleaved 1F1B and 1F1B on the balanced partition) beside the two calibration plans.
+4. ``octopipe calibrate --trace`` fits the *calibrated* profile again from the calibration
+   plans' traces of those same rounds: measured side by side with the plans it predicts, so
+   that the machine's drift between a calibration and a verification (several % on 2 shared
+   cores) is not read as a model error. None of the predicted plans is a calibration plan.
 
-* replay error: the simulator fed the op durations measured in the same run (per stage and
-  kind, median; each op's duration includes the dispatch/comm-posting time the rank spent on
-  it, waits excluded; transfer latency = trimmed mean of receives a consumer waited for) vs
-  the median measured step time;
-* prediction error: the simulator fed a profile made beforehand with ``octopipe profile``
-  (idle machine, and under contention with both cores busy) vs the median measured step.
+The measured step is the whole training step (``result.json`` ``step_ms``: pipeline,
+optimizer and the step's small all-reduce), as the calibrated profile predicts it.
 
-Writes ``docs/benchmarks-executor.md``. Run: ``python benchmarks/bench_fidelity.py``.
+Run: ``python benchmarks/bench_fidelity.py`` (hidden 128), and
+``python benchmarks/bench_fidelity.py --hidden 512 --seq 64``; each prints a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mproc
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from octopipe_core.commands.run import launch  # noqa: E402
-from octopipe_core.executor.export import export_job  # noqa: E402
 from octopipe_core.executor.plans import irregular_plan  # noqa: E402
-from octopipe_core.plan import Action, Plan, asap_times  # noqa: E402
-from octopipe_core.profile import FORMAT, Profile, load_profile  # noqa: E402
+from octopipe_core.executor.verify import LocalJobs, export_jobs  # noqa: E402
+from octopipe_core.plan import load_plan, save_plan  # noqa: E402
+from octopipe_core.profile import Profile, load_profile  # noqa: E402
 from octopipe_core.schedules import build_plan  # noqa: E402
 from octopipe_core.simulator import simulate  # noqa: E402
+from octopipe_core.tuner import tune  # noqa: E402
+from octopipe_core.verify import Candidate, VerifyResult, verify  # noqa: E402
 
 LAYERS = "embedding,mamba*2,attention,mlp,moe,mamba,mlp,attention,transformer_block,lm_head"
+PEERS = ("zb-h1/balanced", "interleaved/balanced", "1f1b/balanced")
 
 
-def _spin(stop: Any, core: int) -> None:
-    os.sched_setaffinity(0, {core})
-    x = 0
-    while not stop.is_set():
-        x = (x * 1103515245 + 12345) % 2**31
+def _cli(args: list[str], core: int | None = None) -> str:
+    pin = ["taskset", "-c", str(core)] if core is not None else []
+    cmd = [*pin, sys.executable, "-m", "octopipe_core", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
+    sys.stderr.write(proc.stderr)
+    return proc.stdout
 
 
-def make_profile(args: argparse.Namespace, out: Path, busy: bool) -> Profile:
-    """``octopipe profile`` on core 0; with ``busy`` another process spins on core 1."""
-    cores = sorted(os.sched_getaffinity(0))
-    stop = mproc.Event()
-    spinner = None
-    if busy and len(cores) > 1:
-        spinner = mproc.Process(target=_spin, args=(stop, cores[1]), daemon=True)
-        spinner.start()
-    cmd = [
-        "taskset",
-        "-c",
-        str(cores[0]),
-        sys.executable,
-        "-m",
-        "octopipe_core",
-        "profile",
-        "--layers",
-        LAYERS,
-        "--hidden",
-        str(args.hidden),
-        "--seq",
-        str(args.seq),
-        "--microbatch-size",
-        str(args.mbs),
-        "--vocab",
-        str(args.vocab),
-        "--dtype",
-        "float32",
-        "--repeats",
-        "15",
-        "--warmup",
-        "3",
-        "--name",
-        "bench-busy" if busy else "bench-idle",
-        "--out",
-        str(out),
-    ]
-    try:
-        subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
-    finally:
-        stop.set()
-        if spinner is not None:
-            spinner.join()
+def model_flags(a: argparse.Namespace) -> list[str]:
+    return [
+        "--hidden", str(a.hidden), "--seq", str(a.seq), "--microbatch-size", str(a.mbs),
+        "--vocab", str(a.vocab), "--dtype", "float32",
+    ]  # fmt: skip
+
+
+def isolated_profile(a: argparse.Namespace, out: Path) -> Profile:
+    core = sorted(os.sched_getaffinity(0))[0]
+    _cli(
+        ["profile", "--layers", LAYERS, *model_flags(a)[:-2], "--dtype", "float32",
+         "--repeats", "15", "--warmup", "3", "--name", "bench", "--out", str(out)],
+        core,
+    )  # fmt: skip
     return load_profile(out)
 
 
-def tuned_plans(prof: Profile, m: int) -> list[tuple[str, Plan]]:
-    """The tuner's plan (if ``octopipe_core.tuner`` exists) and a hand-made irregular plan."""
-    out = [("hand-irregular", irregular_plan(prof.num_layers, m))]
-    try:
-        from octopipe_core.tuner import tune
-    except ImportError:
-        return out
-    res: Any = tune(prof, devices=2, microbatches=m, time_budget_s=10)
-    return [("tuned", res if isinstance(res, Plan) else res.plan), *out]
+def calibration_plans(a: argparse.Namespace, iso: Profile, tmp: Path) -> list[Path]:
+    """ZB-H1 on the uniform partition and what ``calibrate`` adds to it (one layer a stage)."""
+    from octopipe_core.commands.calibrate import second_plan
+
+    zb = build_plan(iso, "zb-h1", 2, a.microbatches, partition="uniform")
+    fine = second_plan(zb, iso)[1]
+    paths = [tmp / "cal-zb-h1-uniform.json", tmp / "cal-interleaved-fine.json"]
+    for plan, path in zip((zb, fine), paths, strict=True):
+        save_plan(plan, path, iso)
+    return paths
 
 
-def compute_ops(
-    res: dict[str, Any], steps: list[int], with_mb: bool = False
-) -> list[tuple[Any, ...]]:
-    """(rank, stage, kind, [mb,] start_s, busy_ms) of each compute op: the rank's time since
-    its previous compute op (posting comm ops included), waits excluded."""
-    out = []
-    by_rank_step: dict[tuple[int, int], list[Any]] = {}
-    for rec in res["records"]:
-        by_rank_step.setdefault((rec[0], rec[1]), []).append(rec)
-    for (rank, step), recs in by_rank_step.items():
-        if step not in steps:
-            continue
-        prev = recs[0][3]
-        for _, _, op, start, end, wait in recs:
-            if "SEND" in op or "RECV" in op:
-                continue
-            kind = "".join(c for c in op if c.isalpha())
-            stage = int(op[: len(op) - len(op.lstrip("0123456789"))])
-            ms = (end - prev - wait) * 1e3
-            if with_mb:
-                out.append((rank, stage, kind, op[len(str(stage)) + len(kind) :], start, ms))
-            else:
-                out.append((rank, stage, kind, start, ms))
-            prev = end
+def calibrated_profile(
+    a: argparse.Namespace, plans: list[str], tmp: Path, name: str, traces: Sequence[str] = ()
+) -> tuple[Profile, Any]:
+    """``octopipe calibrate`` on ``plans``: runs of its own, or the given ``traces``."""
+    out = tmp / f"{name}.json"
+    if traces:
+        summary = _cli(
+            ["calibrate", *plans, *[x for t in traces for x in ("--trace", t)], "--out",
+             str(out), "--json"]
+        )  # fmt: skip
+        return load_profile(out), json.loads(summary)
+    summary = _cli(
+        ["calibrate", *plans, "--out", str(out), *model_flags(a), "--steps", str(a.cal_steps),
+         "--rounds", str(a.cal_rounds), "--warmup", "2", "--json"]
+    )  # fmt: skip
+    return load_profile(out), json.loads(summary)
+
+
+def candidates(cal: Profile, m: int, tune_s: float, cal_plans: list[Path]) -> list[Candidate]:
+    """The predicted plans (tuned on ``cal``, the irregular plan, the peers), then the
+    calibration plans (measured beside them, for the side-by-side calibration)."""
+    res = tune(cal, devices=2, microbatches=m, time_budget_s=tune_s)
+    out = [
+        Candidate.of("tuned (calibrated)", res.plan, cal),
+        Candidate.of("hand-irregular", irregular_plan(cal.num_layers, m), cal),
+    ]
+    for name in PEERS:
+        sched, part = name.split("/")
+        out.append(Candidate.of(name, build_plan(cal, sched, 2, m, partition=part), cal, "peer"))
+    for path in cal_plans:
+        out.append(Candidate.of(path.name, load_plan(path)[0], cal, "calibration"))
     return out
 
 
-def pipeline_span_ms(res: dict[str, Any]) -> list[float]:
-    """Per step: from its start to the end of its last pipeline op on any rank. The training
-    loop's tail after it (DP reduction wait, optimizer; see bench_train.py) is not part of the
-    pipeline plan that this benchmark replays."""
-    ends: dict[int, float] = {}
-    for _, step, _, _, end, _ in res["records"]:
-        ends[step] = max(ends.get(step, 0.0), end)
-    return [(ends[i] - start) * 1e3 for i, start in enumerate(res["step_starts"])]
-
-
-def per_op_replay_ms(plan: Plan, res: dict[str, Any], step: int, lat_ms: float) -> float:
-    """Diagnostic: the plan's DAG (same dependencies as the simulator, constant transfer
-    latency) replayed with every op's own measured duration in ``step``."""
-    dur = {
-        Action(stage, kind, int(mb)): ms
-        for _, stage, kind, mb, _, ms in compute_ops(res, [step], with_mb=True)
-    }
-    times, _ = asap_times(plan, lambda a: dur[a], hop_ms=lat_ms)
-    return max(e for _, e in times.values())
-
-
-def effective_durations(res: dict[str, Any], steps: list[int]) -> dict[tuple[int, str], float]:
-    """Mean per (stage, kind) of each compute op's busy time (ms), waits excluded."""
-    per: dict[tuple[int, str], list[float]] = {}
-    for _, stage, kind, _, ms in compute_ops(res, steps):
-        per.setdefault((stage, kind), []).append(ms)
-    return {k: statistics.mean(v) for k, v in per.items()}
-
-
-def transfer_latency_us(res: dict[str, Any], steps: list[int]) -> float:
-    """Mean time (10% trimmed) from a send's post to the end of a receive the consumer waited
-    for. The distribution is bimodal on a loaded CPU (tens of us, or a scheduler slice when the
-    sender's or receiver's I/O thread must wait for a core), so the mean, not the median, is
-    the constant latency that reproduces the step time."""
-    posted: dict[tuple[int, str], float] = {}
-    lat: list[float] = []
-    recs = [r for r in res["records"] if r[1] in steps]
-    for _, step, op, _, end, _ in recs:
-        if "SEND" in op:
-            posted[(step, op.replace("SEND", "MSG"))] = end
-    for _, step, op, start, _, wait in recs:
-        if wait <= 1e-4 or "SEND" in op or "RECV" in op:  # waited at least 0.1 ms
-            continue
-        kind = "".join(c for c in op if c.isalpha())
-        stage = int(op[: len(op) - len(op.lstrip("0123456789"))])
-        mb = op[len(str(stage)) + len(kind) :]
-        src = f"{stage - 1}MSG_F{mb}" if kind == "F" else f"{stage + 1}MSG_B{mb}"
-        if (step, src) in posted:
-            lat.append((start - posted[(step, src)]) * 1e6)
-    if not lat:
-        return 50.0
-    lat.sort()
-    cut = len(lat) // 10
-    return max(0.0, statistics.mean(lat[cut : len(lat) - cut] or lat))
-
-
-def replay_profile(
-    plan: Plan, base: Profile, dur: dict[tuple[int, str], float], lat_us: float
-) -> Profile:
-    """One layer type per layer; each stage's measured times spread evenly over its layers."""
-    types: dict[str, dict[str, Any]] = {}
-    for s, (lo, hi) in enumerate(plan.partition):
-        n = hi - lo
-        f = dur.get((s, "F"), 0.0)
-        if (s, "BW") in dur:
-            b, w = dur[(s, "BW")], 0.0
-        else:
-            b, w = dur.get((s, "B"), 0.0), dur.get((s, "W"), 0.0)
-        for i in range(lo, hi):
-            types[f"L{i}"] = {
-                "family": base.layer(i).family,
-                "forward_ms": f / n,
-                "backward_input_ms": b / n,
-                "backward_weight_ms": w / n if w / n >= 1e-6 else 0.0,  # profile resolution
-                "activation_mib": 0.0,
-                "weight_mib": 0.0,
-                "output_mib": 1e-9,
-            }
-    return Profile.from_dict(
-        {
-            "format": FORMAT,
-            "name": "replay",
-            "tokens_per_microbatch": base.tokens_per_microbatch,
-            "device": {
-                "name": "replay",
-                "memory_gib": 1e5,  # the largest a profile accepts: no cap
-                "p2p_gbps": 1e6,
-                "p2p_latency_us": lat_us,
-            },
-            "layer_types": types,
-            "layers": [f"L{i}" for i in range(base.num_layers)],
-        }
-    )
-
-
-def run_plan(
-    plan: Plan, prof: Profile, args: argparse.Namespace, tmp: Path, tag: str
-) -> dict[str, Any]:
-    model = {
-        "hidden": args.hidden,
-        "seq": args.seq,
-        "vocab": args.vocab,
-        "microbatch_size": args.mbs,
-        "dtype": "float32",
-    }
-    job = export_job(
-        plan,
-        prof,
-        tmp / f"job-{tag}",
-        model=model,
-        runtime={"steps": args.steps, "warmup": args.warmup, "timeout_s": 120},
-    )
-    proc = launch(
-        job / "executor_config.json",
-        job / "out",
-        2,
-        [],
-        900,
-        env={"OCTOPIPE_PIN": "1", "OMP_NUM_THREADS": "1"},
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"job {tag} failed:\n{proc.stderr[-3000:]}")
-    return json.loads((job / "out" / "result.json").read_text())
+def report(
+    a: argparse.Namespace,
+    iso: Profile,
+    first: Profile,
+    cal: Profile,
+    cands: list[Candidate],
+    res: VerifyResult,
+    cal_summary: dict[str, Any],
+    wall_s: float,
+) -> str:
+    lines = [
+        f"hidden {a.hidden}, seq {a.seq}, micro-batch {a.mbs}, vocab {a.vocab}, float32, "
+        f"{a.microbatches} micro-batches; {a.rounds} rounds x {a.steps} measured steps per "
+        f"candidate (+{a.warmup} warm-up per run), interleaved; wall {wall_s:.0f} s",
+        "",
+        "| plan | measured median ms (p25-p75) | isolated profile: predicted ms (error) | "
+        "calibrated before: predicted ms (error) | calibrated side by side: predicted ms "
+        "(error) |",
+        "|---|---|---|---|---|",
+    ]
+    speedups: dict[str, list[float]] = {}
+    for c in cands:
+        r = res.row(c.name)
+        cells = []
+        for prof in (iso, first, cal):
+            ms = simulate(prof, c.plan).step_time_ms
+            cells.append(f"{ms:,.1f} ({(ms / r.measured_median_ms - 1) * 100:+.1f} %)")
+            speedups.setdefault(c.name, []).append(ms)
+        tag = " (calibration plan)" if c.source == "calibration" else ""
+        lines.append(
+            f"| {c.name}{tag} | {r.measured_median_ms:,.1f} ({r.p25_ms:,.1f}-{r.p75_ms:,.1f}) "
+            f"| {' | '.join(cells)} |"
+        )
+    tuned = res.row(cands[0].name)
+    peers = [res.row(p) for p in PEERS]
+    best = min(peers, key=lambda r: r.measured_median_ms)
+    sp = tuned.speedup_over[best.name]
+    pred = speedups[best.name][2] / speedups[tuned.name][2]  # on the side-by-side profile
+    lines += [
+        "",
+        f"Tuned over the measured best peer ({best.name}): measured {sp.median:.3f}x "
+        f"(95 % CI {sp.ci95_lo:.3f}-{sp.ci95_hi:.3f}, {res.ci_method}), "
+        f"predicted {pred:.3f}x side by side ({sp.predicted:.3f}x by the profile it was tuned "
+        f"on); gap {(sp.median - pred) * 100:+.1f} points. Tuned slower than a peer: "
+        + (", ".join(p.name for p in peers if p.measured_median_ms < tuned.measured_median_ms)
+           or "none")
+        + ".",
+        f"Side-by-side calibration (on {', '.join(cal_summary['step_error_pct'])}): "
+        + json.dumps(
+            {k: cal_summary[k] for k in ("runtime", "p2p_latency_us", "step_error_pct")}
+        ),
+    ]  # fmt: skip
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -264,162 +185,55 @@ def main() -> int:
     ap.add_argument("--mbs", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-executor.md"))
-    args = ap.parse_args()
-    cmd = "python benchmarks/bench_fidelity.py " + " ".join(sys.argv[1:])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8, help="measured steps per run")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--cal-steps", type=int, default=10, help="calibration steps per round")
+    ap.add_argument("--cal-rounds", type=int, default=2)
+    ap.add_argument("--tune-s", type=float, default=10.0)
+    ap.add_argument("--keep", metavar="DIR", help="keep the profiles, plans and runs here (new)")
+    ap.add_argument("--out", metavar="FILE", help="also write the report (Markdown) here")
+    a = ap.parse_args()
+    if a.keep and Path(a.keep).exists():
+        raise SystemExit(f"--keep {a.keep}: exists; fix: name a new folder")
+    t0 = time.time()
     with tempfile.TemporaryDirectory() as td:
-        tmp = Path(td)
-        t0 = time.time()
-        idle = make_profile(args, tmp / "idle.json", busy=False)
-        busy = make_profile(args, tmp / "busy.json", busy=True)
-        m = args.microbatches
-        plans = [
-            ("1f1b", build_plan(idle, "1f1b", 2, m, partition="balanced")),
-            ("zb-h1", build_plan(idle, "zb-h1", 2, m, partition="balanced")),
-            *tuned_plans(idle, m),
-        ]
-        rows = []
-        for tag, plan in plans:
-            res = run_plan(plan, idle, args, tmp, tag)
-            w = res["warmup"]
-            meas = pipeline_span_ms(res)[w:]
-            order = sorted(range(len(meas)), key=lambda i: meas[i])
-            med_i = order[len(order) // 2]
-            med = meas[med_i]
-            steps = list(range(w, w + len(meas)))
-            errs = []  # replay of each step with that step's own op durations
-            op_errs = []
-            for i in range(len(meas)):
-                lat_ms = transfer_latency_us(res, [w + i]) / 1e3
-                op_errs.append(per_op_replay_ms(plan, res, w + i, lat_ms) / meas[i] - 1)
-                d_i = effective_durations(res, [w + i])
-                lat_i = transfer_latency_us(res, [w + i])
-                rep_i = simulate(replay_profile(plan, idle, d_i, lat_i), plan).step_time_ms
-                errs.append(rep_i / meas[i] - 1)
-            lat = transfer_latency_us(res, steps)
-            pooled = simulate(
-                replay_profile(plan, idle, effective_durations(res, steps), lat), plan
-            ).step_time_ms
-            p_idle = simulate(idle, plan).step_time_ms
-            p_busy = simulate(busy, plan).step_time_ms
-            q = statistics.quantiles(meas, n=4, method="inclusive")
-            rows.append(
-                {
-                    "plan": tag,
-                    "measured_median_ms": med,
-                    "min": min(meas),
-                    "max": max(meas),
-                    "p25": q[0],
-                    "p75": q[2],
-                    "replay_median_step_err": errs[med_i],
-                    "replay_abs_err_median": statistics.median(abs(e) for e in errs),
-                    "replay_err_min": min(errs),
-                    "replay_err_max": max(errs),
-                    "pooled_replay_ms": pooled,
-                    "per_op_err_median_step": op_errs[med_i],
-                    "per_op_abs_err_median": statistics.median(abs(e) for e in op_errs),
-                    "mean_ms": statistics.mean(meas),
-                    "pred_idle_ms": p_idle,
-                    "pred_busy_ms": p_busy,
-                    "latency_us": lat,
-                    "n": len(meas),
-                }
-            )
-            print(json.dumps(rows[-1]))
-        wall = time.time() - t0
-    write_doc(rows, args, cmd, wall)
-    return 0
-
-
-def pct(a: float, b: float) -> str:
-    return f"{(a - b) / b * 100:+.1f}%"
-
-
-def write_doc(rows: list[dict[str, Any]], args: argparse.Namespace, cmd: str, wall: float) -> None:
-    import platform
-
-    import torch
-
-    load = os.getloadavg()
-    lines = [
-        "# Executor fidelity: simulator vs measured steps",
-        "",
-        f"Command: `{cmd.strip()}` (wall {wall:.0f} s; profiles are made first, then each plan "
-        "is exported and run with `octopipe run`'s launcher).",
-        "",
-        f"Machine: {os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}) "
-        f"shared with other jobs (load average at the end {load[0]:.1f} / {load[1]:.1f} / "
-        f"{load[2]:.1f}); torch {torch.__version__}, gloo, 2 ranks, each compute thread pinned "
-        "to its own core (`OCTOPIPE_PIN=1`), one torch thread each.",
-        "",
-        f"Model: stand-in layers `{LAYERS}`, hidden {args.hidden}, seq {args.seq}, micro-batch "
-        f"{args.mbs}, vocab {args.vocab}, float32; {args.microbatches} micro-batches per step; "
-        f"{args.warmup} warm-up + {args.steps} measured steps per plan. 1F1B and ZB-H1 use the "
-        "balanced partition of the idle profile; *tuned* is `octopipe_core.tuner.tune` on the "
-        "idle profile (10 s budget); *hand-irregular* is `executor.plans.irregular_plan` (3 "
-        "uneven stages, stages 0 and 2 on rank 0, W deferred).",
-        "",
-        "Columns:",
-        "",
-        "* **replay**: the simulator fed the op durations measured in the same run. An op's "
-        "duration is the rank's busy time for it (compute plus posting its sends/receives; "
-        "waits excluded), averaged per (stage, kind); the transfer latency is the trimmed mean "
-        "time from a send's post to the start of a consumer that waited for it. *median step*: "
-        "the median measured step replayed with its own durations; *per-step |err|*: median "
-        "and range of the error when every measured step is replayed with its own durations; "
-        "*pooled*: durations averaged over all measured steps vs the mean step.",
-        "* **per-op DAG replay** (diagnostic, not the simulator): the same dependency graph "
-        "and transfer latency, but every op with its own measured duration instead of a "
-        "per-stage constant. It isolates what the simulator's per-stage cost model misses "
-        "from errors in the dependency model itself.",
-        "* **prediction**: the simulator fed a profile measured beforehand with "
-        "`octopipe profile` (each layer alone on core 0, 15 repeats, median): *idle* with the "
-        "other core left to the machine, *busy* with a spinning process on the other core "
-        "(both cores busy). Transfers use the profile default (10 us, 50 GB/s).",
-        "",
-        "| plan | measured median ms | spread p25-p75 (min-max) | replay, median step | "
-        "replay per-step \\|err\\| median (range) | pooled replay vs mean | predicted idle | "
-        "predicted busy | per-op DAG replay, median step (per-step \\|err\\| median) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        m = r["measured_median_ms"]
-        lines.append(
-            f"| {r['plan']} | {m:.1f} | {r['p25']:.1f}-{r['p75']:.1f} ({r['min']:.1f}-"
-            f"{r['max']:.1f}) | {r['replay_median_step_err'] * 100:+.1f}% | "
-            f"{r['replay_abs_err_median'] * 100:.1f}% ({r['replay_err_min'] * 100:+.1f}% to "
-            f"{r['replay_err_max'] * 100:+.1f}%) | {r['pooled_replay_ms']:.1f} vs "
-            f"{r['mean_ms']:.1f} ({pct(r['pooled_replay_ms'], r['mean_ms'])}) | "
-            f"{r['pred_idle_ms']:.1f} ({pct(r['pred_idle_ms'], m)}) | "
-            f"{r['pred_busy_ms']:.1f} ({pct(r['pred_busy_ms'], m)}) | "
-            f"{r['per_op_err_median_step'] * 100:+.1f}% ({r['per_op_abs_err_median'] * 100:.1f}%) |"
+        tmp = Path(a.keep) if a.keep else Path(td)
+        tmp.mkdir(parents=True, exist_ok=True)
+        iso = isolated_profile(a, tmp / "isolated.json")
+        cal_plans = calibration_plans(a, iso, tmp)
+        first, _ = calibrated_profile(a, [str(p) for p in cal_plans], tmp, "calibrated-first")
+        cands = candidates(first, a.microbatches, a.tune_s, cal_plans)
+        for i, c in enumerate(cands):
+            save_plan(c.plan, tmp / f"candidate-{i}.json", first)
+        model = {
+            "hidden": a.hidden, "seq": a.seq, "vocab": a.vocab, "microbatch_size": a.mbs,
+            "dtype": "float32",
+        }  # fmt: skip
+        runtime = {"steps": a.steps, "warmup": a.warmup, "timeout_s": 120}
+        jobs = export_jobs(cands, tmp / "verify", rounds=a.rounds, model=model, runtime=runtime)
+        res = verify(
+            cands,
+            LocalJobs(jobs, timeout_s=900),
+            rounds=a.rounds,
+            progress=lambda s: print(s, file=sys.stderr, flush=True),
         )
-    lines += [
-        "",
-        "Transfer latency measured (gloo, loopback, receives pre-posted at the step start): "
-        + ", ".join(f"{r['plan']} {r['latency_us']:.0f} us" for r in rows)
-        + ".",
-        "",
-        "Reading the table:",
-        "",
-        "* The goal is replay within 5%. Replay errors are signed (simulated minus measured). "
-        "The simulator gives every micro-batch of a stage the same duration; measured op "
-        "durations here vary from micro-batch to micro-batch and step to step (the two cores "
-        "are shared with other jobs, and the ranks slow each other down when both compute), "
-        "which a per-stage mean cannot reproduce, so single steps replay off by the amounts "
-        "shown.",
-        "* Predictions are reported as measured: the profile times each layer alone, so it "
-        "misses the runtime's per-op overhead and the slowdown of co-running ranks and other "
-        "jobs; the *busy* profile "
-        "shows how much the contention assumption moves the prediction. The spread of the "
-        "measured steps (p25-p75, min-max) bounds how precisely any prediction can be "
-        "checked on this machine.",
-    ]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+        # the calibration plans' runs of these rounds: one trace each
+        traces, plans = [], []
+        for job, c in zip(jobs, cands, strict=True):
+            if c.source == "calibration":
+                for r in range(a.rounds):
+                    traces.append(str(job / "out" / f"round-{r + 1}" / "trace_executed.json"))
+                    plans.append(str(tmp / c.name))
+        cal, summary = calibrated_profile(a, plans, tmp, "calibrated", traces)
+    text = report(a, iso, first, cal, cands, res, summary, time.time() - t0)
+    print(text)
+    if a.out:
+        cmd = "python benchmarks/bench_fidelity.py " + " ".join(sys.argv[1:])
+        Path(a.out).write_text(
+            f"`{cmd.strip()}` (load average {os.getloadavg()[0]:.1f})\n\n{text}\n"
+        )
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,14 +4,19 @@ Runs the same plan (ZB-H1, balanced, 2 pipeline devices) as an exported training
 (2 ranks) and DP 2 (4 ranks; AdamW, clipping, per-stage gradient all-reduce launched after each
 stage's last W), ``--warmup`` + ``--steps`` steps each, and reports the median step time and
 tokens/s. Replay: the simulator fed what was measured in the DP 2 run (per (stage, kind) op
-durations and the P2P latency, as ``bench_fidelity.py``), deployed on a one-node cluster whose
+durations and the P2P latency, ``replay_profile``), deployed on a one-node cluster whose
 link has the measured P2P latency and the bandwidth that makes the model's all-reduce as long
 as a measured one (micro-benchmark on the same 4 ranks, both DP groups at once, the largest
 stage's gradient size), and whose memory bandwidth is fitted to the measured optimizer step;
 its step time against the measured median step. The DP 1 run is replayed the same way
 without the cluster (pipeline only).
 
-Run: ``python benchmarks/bench_train.py`` (prints JSON lines; about 2 minutes on 2 cores).
+With ``--calibrated``, each run is also predicted from a profile that ``octopipe calibrate
+--dp`` fitted at that DP on two other plans (``calibrated_ms``, ``calibrated_err``), against
+the isolated-layer profile it starts from (``isolated_ms``, ``isolated_err``).
+
+Run: ``python benchmarks/bench_train.py [--calibrated]`` (prints JSON lines; about 2 minutes
+on 2 cores, 4 with ``--calibrated``).
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_fidelity import effective_durations, transfer_latency_us  # noqa: E402
-
 from octopipe_core.cluster import Cluster  # noqa: E402
 from octopipe_core.commands.run import launch  # noqa: E402
 from octopipe_core.executor.export import export_job  # noqa: E402
@@ -44,6 +47,108 @@ from octopipe_core.schedules import build_plan  # noqa: E402
 from octopipe_core.simulator import simulate  # noqa: E402
 
 LAYERS = ["embedding", "attention", "mlp", "attention", "mlp", "attention", "mlp", "lm_head"]
+
+
+# ---- replay: the simulator fed one run's own measured op durations ------------------------
+def compute_ops(
+    res: dict[str, Any], steps: list[int], with_mb: bool = False
+) -> list[tuple[Any, ...]]:
+    """(rank, stage, kind, [mb,] start_s, busy_ms) of each compute op: the rank's time since
+    its previous compute op (posting comm ops included), waits excluded."""
+    out: list[tuple[Any, ...]] = []
+    by_rank_step: dict[tuple[int, int], list[Any]] = {}
+    for rec in res["records"]:
+        by_rank_step.setdefault((rec[0], rec[1]), []).append(rec)
+    for (rank, step), recs in by_rank_step.items():
+        if step not in steps:
+            continue
+        prev = recs[0][3]
+        for _, _, op, start, end, wait in recs:
+            if "SEND" in op or "RECV" in op:
+                continue
+            kind = "".join(c for c in op if c.isalpha())
+            stage = int(op[: len(op) - len(op.lstrip("0123456789"))])
+            ms = (end - prev - wait) * 1e3
+            if with_mb:
+                out.append((rank, stage, kind, op[len(str(stage)) + len(kind) :], start, ms))
+            else:
+                out.append((rank, stage, kind, start, ms))
+            prev = end
+    return out
+
+
+def effective_durations(res: dict[str, Any], steps: list[int]) -> dict[tuple[int, str], float]:
+    """Mean per (stage, kind) of each compute op's busy time (ms), waits excluded."""
+    per: dict[tuple[int, str], list[float]] = {}
+    for _, stage, kind, _, ms in compute_ops(res, steps):
+        per.setdefault((stage, kind), []).append(ms)
+    return {k: statistics.mean(v) for k, v in per.items()}
+
+
+def transfer_latency_us(res: dict[str, Any], steps: list[int]) -> float:
+    """Mean time (10% trimmed) from a send's post to the end of a receive the consumer waited
+    for. The distribution is bimodal on a loaded CPU (tens of us, or a scheduler slice when the
+    sender's or receiver's I/O thread must wait for a core), so the mean, not the median, is
+    the constant latency that reproduces the step time."""
+    posted: dict[tuple[int, str], float] = {}
+    lat: list[float] = []
+    recs = [r for r in res["records"] if r[1] in steps]
+    for _, step, op, _, end, _ in recs:
+        if "SEND" in op:
+            posted[(step, op.replace("SEND", "MSG"))] = end
+    for _, step, op, start, _, wait in recs:
+        if wait <= 1e-4 or "SEND" in op or "RECV" in op:  # waited at least 0.1 ms
+            continue
+        kind = "".join(c for c in op if c.isalpha())
+        stage = int(op[: len(op) - len(op.lstrip("0123456789"))])
+        mb = op[len(str(stage)) + len(kind) :]
+        src = f"{stage - 1}MSG_F{mb}" if kind == "F" else f"{stage + 1}MSG_B{mb}"
+        if (step, src) in posted:
+            lat.append((start - posted[(step, src)]) * 1e6)
+    if not lat:
+        return 50.0
+    lat.sort()
+    cut = len(lat) // 10
+    return max(0.0, statistics.mean(lat[cut : len(lat) - cut] or lat))
+
+
+def replay_profile(
+    plan: Plan, base: Profile, dur: dict[tuple[int, str], float], lat_us: float
+) -> Profile:
+    """One layer type per layer; each stage's measured times spread evenly over its layers."""
+    types: dict[str, dict[str, Any]] = {}
+    for s, (lo, hi) in enumerate(plan.partition):
+        n = hi - lo
+        f = dur.get((s, "F"), 0.0)
+        if (s, "BW") in dur:
+            b, w = dur[(s, "BW")], 0.0
+        else:
+            b, w = dur.get((s, "B"), 0.0), dur.get((s, "W"), 0.0)
+        for i in range(lo, hi):
+            types[f"L{i}"] = {
+                "family": base.layer(i).family,
+                "forward_ms": f / n,
+                "backward_input_ms": b / n,
+                "backward_weight_ms": w / n if w / n >= 1e-6 else 0.0,  # profile resolution
+                "activation_mib": 0.0,
+                "weight_mib": 0.0,
+                "output_mib": 1e-9,
+            }
+    return Profile.from_dict(
+        {
+            "format": FORMAT,
+            "name": "replay",
+            "tokens_per_microbatch": base.tokens_per_microbatch,
+            "device": {
+                "name": "replay",
+                "memory_gib": 1e5,  # the largest a profile accepts: no cap
+                "p2p_gbps": 1e6,
+                "p2p_latency_us": lat_us,
+            },
+            "layer_types": types,
+            "layers": [f"L{i}" for i in range(base.num_layers)],
+        }
+    )
 
 
 def base_profile() -> Profile:
@@ -132,8 +237,6 @@ def replay(
 ) -> dict[str, float]:
     """Simulated step of a run from its own measured durations (see the docstring); with
     ``allreduce`` (measured ms, bytes) deployed as DP 2 on a fitted one-node cluster."""
-    from bench_fidelity import replay_profile
-
     w = res["warmup"]
     steps = list(range(w, len(res["step_ms"])))
     dur = effective_durations(res, steps)
@@ -202,6 +305,47 @@ def exposed_tail_ms(res: dict[str, Any], steps: list[int]) -> float:
     return statistics.median(out)
 
 
+def calibrated_ms(plan: Plan, args: argparse.Namespace, dp: int, tmp: Path) -> dict[str, Any]:
+    """The step of ``plan`` at ``dp`` simulated on a profile calibrated at that DP: ``octopipe
+    profile`` of the stand-in layers (the prior), then ``octopipe calibrate --dp`` on two
+    other plans (1F1B on its balanced partition, interleaved 1F1B on the uniform one)."""
+    from octopipe_core.plan import save_plan
+    from octopipe_core.profile import load_profile
+
+    flags = ["--hidden", str(args.hidden), "--seq", str(args.seq), "--microbatch-size",
+             str(args.mbs), "--vocab", str(args.vocab), "--dtype", "float32"]  # fmt: skip
+    iso_path = tmp / "isolated.json"
+    if not iso_path.exists():
+        _cli(["profile", "--layers", ",".join(LAYERS), *flags, "--repeats", "15", "--warmup",
+              "3", "--name", "bench-train", "--out", str(iso_path)])  # fmt: skip
+    iso = load_profile(iso_path)
+    paths = []
+    for sched, part in (("1f1b", "balanced"), ("interleaved", "uniform")):
+        path = tmp / f"cal-dp{dp}-{sched}.json"
+        save_plan(build_plan(iso, sched, 2, args.microbatches, partition=part), path, iso)
+        paths.append(str(path))
+    out = tmp / f"calibrated-dp{dp}.json"
+    argv = ["calibrate", *paths, "--out", str(out), "--dp", str(dp), *flags, "--steps",
+            str(args.steps), "--warmup", str(args.warmup), "--json"]  # fmt: skip
+    summary = json.loads(_cli(argv))
+    cal = load_profile(out)
+    return {
+        "calibrated_ms": simulate(cal, plan).step_time_ms,
+        "isolated_ms": simulate(iso, plan).step_time_ms,
+        "calibration": {k: summary[k] for k in ("runtime", "step_error_pct")},
+    }
+
+
+def _cli(argv: list[str]) -> str:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "octopipe_core", *argv], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"octopipe {argv[0]} failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=128)
@@ -211,6 +355,11 @@ def main() -> int:
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="also predict each run from a profile calibrated at its DP (octopipe calibrate)",
+    )
     args = ap.parse_args()
     t0 = time.time()
     plan = build_plan(base_profile(), "zb-h1", 2, args.microbatches, partition="balanced")
@@ -237,6 +386,10 @@ def main() -> int:
             rows[dp]["replay_err"] = rows[dp]["replay_ms"] / med - 1
             rows[dp]["compute_span_ms"] = med - tail
             rows[dp]["compute_replay_err"] = rows[dp]["replay_compute_end_ms"] / (med - tail) - 1
+            if args.calibrated:
+                rows[dp] |= calibrated_ms(plan, args, dp, Path(td))
+                rows[dp]["calibrated_err"] = rows[dp]["calibrated_ms"] / med - 1
+                rows[dp]["isolated_err"] = rows[dp]["isolated_ms"] / med - 1
             print(json.dumps(rows[dp]), flush=True)
     print(json.dumps({"wall_s": time.time() - t0, "load": os.getloadavg()}))
     return 0
