@@ -18,6 +18,7 @@ from typing import Any
 
 from octopipe_core.commands.argtypes import JOB_TIMEOUT_S, STEPS, WARMUP
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor.ckpt_trust import CHECKPOINT_DIR_ENV, TRUST_ENV
 from octopipe_core.executor.job_config import load_job_config
 from octopipe_core.executor.trust import confirm_user_code
 
@@ -46,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trust",
         action="store_true",
-        help="run a job not exported on this machine that imports your code (see README)",
+        help="run a job not exported on this machine that imports your code, or resume from "
+        "a checkpoint no job on this machine wrote (see README)",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="keep this run's checkpoints in DIR (default: the config's folder inside the job)",
     )
     p.add_argument(
         "--import-cwd",
@@ -158,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
 
     nproc = config_layout(cfg).world
     backend = pick_backend(args.backend, nproc)  # NCCL without a GPU per rank: one line
-    start = None if (args.no_resume or args.check) else resume_step(cfg, d)
+    ck_dir = checkpoint_dir(cfg, d, args.checkpoint_dir)  # inside the job, or the user's
+    resume = not (args.no_resume or args.check)
+    start = resume_step(cfg, d, ck_dir, args.trust) if resume else None
     if start is not None:
         rt = cfg.get("runtime", {})
         steps = args.steps if args.steps is not None else int(rt.get("steps", 1))
@@ -175,10 +184,23 @@ def run(args: argparse.Namespace) -> int:
         extra += ["--steps", str(args.steps)]
     if args.warmup is not None:
         extra += ["--warmup", str(args.warmup)]
+    from octopipe_core.executor import checkpoint as ckpt
+
+    theirs = ckpt.foreign_steps(ck_dir, d, start or 0)
+    if theirs:
+        raise OctoPipeError(
+            f"run: {theirs[0]} (and {len(theirs) - 1} more) was not written by this job, and "
+            "a checkpoint of this run could overwrite it; fix: move it away, or name another "
+            "folder with --checkpoint-dir DIR"
+        )
     out = d / "out"
     t0 = time.perf_counter()
-    env = {"OCTOPIPE_IMPORT_CWD": "1"} if args.import_cwd else None
-    proc = launch(cfg_path, out, nproc, extra, args.timeout, env, args.backend)
+    env = {"OCTOPIPE_IMPORT_CWD": "1"} if args.import_cwd else {}
+    if args.checkpoint_dir:
+        env[CHECKPOINT_DIR_ENV] = str(ck_dir.resolve())
+    if args.trust:
+        env[TRUST_ENV] = "1"
+    proc = launch(cfg_path, out, nproc, extra, args.timeout, env or None, args.backend)
     wall = time.perf_counter() - t0
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
@@ -229,9 +251,30 @@ def preflight(cfg: dict[str, Any], path: Path) -> None:
     config_layout(cfg)  # a bad layout is reported before anything is launched
 
 
-def resume_step(cfg: dict[str, Any], job: Path) -> int | None:
+def checkpoint_dir(cfg: dict[str, Any], job: Path, override: str | None) -> Path:
+    """Where the job keeps its checkpoints: ``override`` (``--checkpoint-dir``, checked to be
+    a folder it can write) or the config's folder, which must lie inside the job."""
+    from octopipe_core.executor.settings import CheckpointSettings
+
+    cks = CheckpointSettings.from_dict(cfg.get("checkpoint"))
+    path = cks.path(job, override)
+    if override:
+        p = Path(override)
+        parent = p if p.exists() else next(a for a in p.absolute().parents if a.exists())
+        if (p.exists() and not p.is_dir()) or not os.access(parent, os.W_OK | os.X_OK):
+            raise OctoPipeError(
+                f"run: --checkpoint-dir {p}: not a folder this user can write; fix: name "
+                "another folder"
+            )
+    return path
+
+
+def resume_step(
+    cfg: dict[str, Any], job: Path, ck_dir: Path | None = None, trust: bool = False
+) -> int | None:
     """The step the job would resume from (its latest checkpoint), or None; a checkpoint of
-    another layout or partition is refused here, before anything is launched."""
+    another layout or partition, or one no job on this machine wrote (loading it would run
+    code from it) without ``trust``, is refused here, before anything is launched."""
     from octopipe_core.executor import checkpoint as ckpt
     from octopipe_core.executor.mesh import config_layout
     from octopipe_core.executor.settings import CheckpointSettings
@@ -239,9 +282,11 @@ def resume_step(cfg: dict[str, Any], job: Path) -> int | None:
     cks = CheckpointSettings.from_dict(cfg.get("checkpoint"))
     if not cks.resume:
         return None
-    found = ckpt.latest(cks.path(job))
+    found = ckpt.latest(ck_dir if ck_dir is not None else cks.path(job))
     if found is None:
         return None
+    if not trust:
+        ckpt.check_trusted(found)
     part = [(int(a), int(b)) for a, b in cfg["plan"]["partition"]]
     return ckpt.saved_step(found, ckpt.job_meta(config_layout(cfg).to_dict(), part))
 

@@ -7,6 +7,10 @@ copies and the optimizer state (``master.s<stage>``, ``optim.s<stage>.<state>``;
 one key per shard, ``...s<stage>.dp<replica>...``). Tensors that replicas hold identically share
 a key and are written once.
 
+Loading a checkpoint unpickles its DCP metadata, so a job loads only the checkpoints a job on
+this machine wrote, as recorded then (``ckpt_trust``), unless the user passes ``--trust``; the
+rotation (``keep``) deletes only step folders this job wrote.
+
 Checkpoints are taken every ``every`` steps, at the end of a run (when ``every > 0``), and on
 request: a file ``CHECKPOINT`` (checkpoint and go on) or ``STOP`` (checkpoint and stop) in the job
 folder, or ``SIGUSR1`` to a worker. A multi-node job needs ``dir`` on a shared file system.
@@ -24,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.executor import ckpt_trust
 
 STOP_FILE, CHECKPOINT_FILE = "STOP", "CHECKPOINT"
 
@@ -43,12 +48,26 @@ def latest(ckpt_dir: Path) -> Path | None:
 
 
 def save(
-    ckpt_dir: Path, step: int, state: dict[str, torch.Tensor], meta: dict[str, Any], keep: int
+    ckpt_dir: Path,
+    step: int,
+    state: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    keep: int,
+    job: Path | None = None,
 ) -> Path:
-    """Collective: every rank saves ``state`` at ``step``; rank 0 then updates ``latest``."""
+    """Collective: every rank saves ``state`` at ``step``; rank 0 then records the step
+    folder's files as written by the job in folder ``job`` (``ckpt_trust``), updates
+    ``latest`` and deletes the oldest step folders beyond ``keep`` that this job wrote."""
     import torch.distributed.checkpoint as dcp
 
     path = ckpt_dir / f"step_{step:06d}"
+    owner = ckpt_dir.parent if job is None else job
+    if path.exists() and not ckpt_trust.written_by(path, owner):
+        raise OctoPipeError(
+            f"checkpoint {path}: exists and this job did not write it; fix: move it away, or "
+            "keep this job's checkpoints elsewhere (octopipe run --checkpoint-dir DIR)"
+        )
+    dist.barrier()  # every rank has looked before rank 0 creates it
     if dist.get_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
@@ -56,15 +75,31 @@ def save(
     dist.barrier()
     if dist.get_rank() == 0:
         (path / "octopipe.json").write_text(json.dumps({**meta, "step": step}) + "\n")
+        ckpt_trust.record(path, owner)
         tmp = ckpt_dir / "latest.tmp"
         tmp.write_text(path.name + "\n")
         os.replace(tmp, ckpt_dir / "latest")
-        if keep > 0:
-            old = sorted(p for p in ckpt_dir.glob("step_*") if p.is_dir() and p != path)
+        if keep > 0:  # never a folder this job did not write
+            old = sorted(
+                p for p in ckpt_dir.glob("step_*")
+                if p.is_dir() and p != path and ckpt_trust.written_by(p, owner)
+            )  # fmt: skip
             for p in old[: max(0, len(old) - (keep - 1))]:
                 shutil.rmtree(p, ignore_errors=True)
+                ckpt_trust.forget(p)
     dist.barrier()
     return path
+
+
+def foreign_steps(ckpt_dir: Path, job: Path, after: int) -> list[Path]:
+    """Step folders past step ``after`` in ``ckpt_dir`` that the job in folder ``job`` did
+    not write: a run from ``after`` on could overwrite them (``octopipe run`` refuses first)."""
+    out = []
+    for p in sorted(ckpt_dir.glob("step_*")) if ckpt_dir.is_dir() else []:
+        num = p.name.removeprefix("step_")
+        if num.isdigit() and int(num) > after and not ckpt_trust.written_by(p, job):
+            out.append(p)
+    return out
 
 
 def job_meta(layout: dict[str, Any], partition: list[tuple[int, int]]) -> dict[str, Any]:
@@ -93,11 +128,25 @@ def saved_step(path: Path, meta: dict[str, Any]) -> int:
     return step
 
 
+def check_trusted(path: Path) -> None:
+    """Refuse a checkpoint that no job on this machine wrote as it is now (loading one
+    unpickles its metadata), unless the user trusts it (``--trust``)."""
+    why = None if ckpt_trust.trusted_by_user() else ckpt_trust.untrusted(path)
+    if why is not None:
+        raise OctoPipeError(
+            f"checkpoint {path}: not loaded: {why}, and loading a checkpoint runs code from "
+            "it; fix: pass --trust to octopipe run if you trust where it came from "
+            f"({ckpt_trust.TRUST_ENV}=1 for launch.sh), or run with --no-resume"
+        )
+
+
 def load(path: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> int:
     """Collective: load ``state`` in place from ``path``; returns the checkpoint's step.
-    ``meta`` (layout, partition) must match the one saved."""
+    ``meta`` (layout, partition) must match the one saved, and the checkpoint must be one a
+    job on this machine wrote (``check_trusted``)."""
     import torch.distributed.checkpoint as dcp
 
+    check_trusted(path)
     saved_step(path, meta)
     step = torch.zeros(1, dtype=torch.int64)
     dcp.load({**state, "step": step}, checkpoint_id=str(path))

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from octopipe_core.errors import input_error
+from octopipe_core.errors import OctoPipeError, input_error
 
 KINDS = ("synthetic", "fixed", "tokens", "hook")
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -144,6 +144,20 @@ class CheckpointSettings:
                 raise input_error(src, f"checkpoint.{k}", f"got {v!r}", "use an integer >= 0")
         return c
 
-    def path(self, job_dir: str | Path) -> Path:
-        p = Path(self.dir)
-        return p if p.is_absolute() else Path(job_dir) / p
+    def path(self, job_dir: str | Path, override: str | None = None) -> Path:
+        """The checkpoint folder: ``override`` when the user names one on the command line
+        (``run --checkpoint-dir``), else ``dir`` inside the job folder. A config whose ``dir``
+        leaves the job folder (absolute, or ``..``) is refused: a received job must not write
+        or delete anywhere else."""
+        if override:
+            return Path(override)
+        job = Path(job_dir)
+        p = job / self.dir
+        inside = p.resolve() == job.resolve() or job.resolve() in p.resolve().parents
+        if Path(self.dir).is_absolute() or not inside:
+            raise OctoPipeError(
+                f"executor config: field 'checkpoint.dir': {self.dir!r} is outside the job "
+                "folder; fix: use a folder inside the job (the default is 'checkpoints'), or "
+                "name the place yourself with octopipe run --checkpoint-dir DIR"
+            )
+        return p

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ import torch.distributed as dist
 
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor import checkpoint as ckpt
+from octopipe_core.executor.ckpt_trust import CHECKPOINT_DIR_ENV
 from octopipe_core.executor.data import DataSource
 from octopipe_core.executor.dp import DataParallel
 from octopipe_core.executor.mesh import JobLayout, RankMesh, build_mesh, config_layout
@@ -114,7 +116,8 @@ def execute(
         jdir, layout.dp,
     )  # fmt: skip
     cks = CheckpointSettings.from_dict(cfg.get("checkpoint"))
-    ck_dir = cks.path(jdir) if jdir is not None else None
+    override = os.environ.get(CHECKPOINT_DIR_ENV) or None  # run --checkpoint-dir
+    ck_dir = cks.path(jdir, override) if jdir is not None else None
     meta = ckpt.job_meta(layout.to_dict(), plan.partition)
 
     def state() -> dict[str, torch.Tensor]:
@@ -199,7 +202,7 @@ def execute(
             stop = bool(flags[2] > 0)
             due = cks.every > 0 and ((i + 1) % cks.every == 0 or i + 1 == total)
             if ck_dir is not None and (due or stop or flags[3] > 0):
-                path = ckpt.save(ck_dir, i + 1, state(), meta, cks.keep)
+                path = ckpt.save(ck_dir, i + 1, state(), meta, cks.keep, jdir)
                 _SIGNALLED.clear()
                 if dist.get_rank() == 0 and jdir is not None:
                     ckpt.clear_requests(jdir, stop=stop, checkpoint=bool(flags[3] > 0))
