@@ -184,3 +184,33 @@ def test_other_commands_refuse_a_conflicting_profile(tmp_path: Path) -> None:
     assert "\n" not in str(e.value) and "--out NEW.json" in str(e.value)
     plan, prof = common.plan_with_profile(str(plan_path), "nemotron-h-8b")  # the same: fine
     assert prof.name == "nemotron-h-8b" and plan.num_devices == 4
+
+
+def test_profile_and_plan_cluster_check_out_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import octopipe_core.commands.plan_cluster as plan_cluster_cmd
+    import octopipe_core.executor.links as links
+    import octopipe_core.executor.profiler as profiler
+
+    # any measuring or searching fails this test: the refusal must come first
+    monkeypatch.setattr(profiler, "profile_layers", _no_work)
+    monkeypatch.setattr(links, "run_links_local", _no_work)
+    monkeypatch.setattr(plan_cluster_cmd, "rank_layouts", _no_work)
+    mine = tmp_path / "mine.json"
+    mine.write_text("mine")
+    profile = ["profile", "--layers", "mlp", "--hidden", "8", "--seq", "4", "--out"]
+    for argv in (
+        [*profile, str(mine)],  # an existing file, no --force
+        ["profile", "--links", "--out", str(mine)],
+        [*profile, str(tmp_path)],  # a folder, even with --force
+        [*profile, "/proc/x.json", "--force"],  # a place nobody can write
+        ["plan-cluster", "--profile", "tiny-hybrid", "--cluster", "1x8-h800", "--gpus", "8",
+         "--global-batch", "16", "--out", str(mine)],
+        ["plan-cluster", "--profile", "tiny-hybrid", "--cluster", "1x8-h800", "--gpus", "8",
+         "--global-batch", "16", "--out", str(tmp_path), "--force"],
+    ):  # fmt: skip
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "fix:" in err, (argv, err)
+    assert mine.read_text() == "mine"

@@ -120,7 +120,7 @@ def test_cli_plan_cluster_best_plan_resimulates(tmp_path: Path, capsys) -> None:
     assert sim["gpus"] == 32 and sim["layout"]["dp"] == got["best"]["dp"]
     # refuses to overwrite the saved plan
     assert main(argv) == 2
-    assert "file exists" in capsys.readouterr().err
+    assert "already exists" in capsys.readouterr().err
 
 
 def test_cli_named_layout_and_cluster_flags(tmp_path: Path, capsys) -> None:

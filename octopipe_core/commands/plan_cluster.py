@@ -10,12 +10,17 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
 from octopipe_core.cluster import list_cluster_samples, resolve_cluster
 from octopipe_core.cluster_plan import ClusterPlanResult, micro_batch_samples, rank_layouts
 from octopipe_core.commands.argtypes import COUNT, TIME_BUDGET_S
-from octopipe_core.commands.common import add_profile_arg, print_json, resolve_profile, table
+from octopipe_core.commands.common import (
+    add_profile_arg,
+    check_writable,
+    print_json,
+    resolve_profile,
+    table,
+)
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.layout import ORDERS, Layout
 from octopipe_core.plan import save_plan
@@ -56,20 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _check_out(path: str | None, force: bool) -> None:
-    if path is None:
-        return
-    p = Path(path)
-    if p.exists() and not force:
-        raise OctoPipeError(f"{p}: field '--out': file exists; fix: pass --force or another path")
-    if not p.parent.exists() or not p.parent.is_dir():
-        raise OctoPipeError(f"{p}: field '--out': folder {p.parent} does not exist; fix: create it")
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.time_budget_s > 0:
         raise OctoPipeError(f"field '--time-budget-s': got {args.time_budget_s}; fix: use > 0")
-    _check_out(args.out, args.force)
+    if args.out is not None:
+        check_writable(args.out, args.force)  # before the search: writable, not a folder
     prof = resolve_profile(args.profile)
     cluster = resolve_cluster(args.cluster)
     layouts = None

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from octopipe_core.commands.common import check_writable
 from octopipe_core.errors import OctoPipeError
 
 
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--p2p-latency-us", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out")
     g = p.add_argument_group("links (--links)")
     g.add_argument("--links", action="store_true", help="measure the links, write a cluster file")
     g.add_argument("--nproc", type=int, default=2, help="local gloo processes (not torchrun)")
@@ -125,6 +127,7 @@ def run_links(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_writable(args.out, args.force)  # before any measuring
     if args.links:
         return run_links(args)
     for k in ("layers", "hidden", "seq"):
