@@ -67,6 +67,13 @@ def _dispatch(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("octopipe: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from octopipe_core.commands.run import Stopped
+
+        if not isinstance(e, Stopped):
+            raise
+        print(f"octopipe: stopped by {e}; every process it started has ended", file=sys.stderr)
+        return 128 + e.signum
 
 
 if __name__ == "__main__":

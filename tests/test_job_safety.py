@@ -185,3 +185,61 @@ def test_a_test_job_ends_with_its_test_even_when_the_test_fails(tmp_path: Path) 
     while _alive(int(pidfile.read_text())):
         assert time.monotonic() < deadline, "the background sleep outlived its job"
         time.sleep(0.02)
+
+
+def _job_processes(job: Path) -> list[int]:
+    """PIDs of live processes whose command line names the job folder."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if str(job) in cmd and state != "Z":
+                out.append(int(d.name))
+    return out
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_every_way_run_ends_ends_every_process_it_started(tmp_path: Path, sig: str) -> None:
+    """SIGTERM or SIGHUP to `octopipe run` (it ends the job, one line, 128 + the signal), or
+    the run dying outright (SIGKILL: the kernel tells the launcher, which ends its ranks)."""
+    import signal
+    import subprocess
+
+    from octopipe_core.plan import save_plan
+    from octopipe_core.profile import load_sample
+    from octopipe_core.schedules import build_plan
+
+    prof = load_sample("tiny-hybrid")
+    save_plan(build_plan(prof, "1f1b", 2, 2), tmp_path / "p.json", prof)
+    job = tmp_path / "job"
+    assert main(["export", str(tmp_path / "p.json"), "--out", str(job), "--steps", "100000"]) == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "octopipe_core", "run", str(job)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (job / "out" / "train_log.jsonl").exists():  # the ranks are training
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        assert len(_job_processes(job)) >= 3  # the run, its launcher and the ranks
+        os.kill(proc.pid, getattr(signal, sig))
+        err = proc.communicate(timeout=30)[1]
+        if sig != "SIGKILL":
+            assert proc.returncode == 128 + getattr(signal, sig)
+            assert f"stopped by {sig}" in err and "Traceback" not in err
+        deadline = time.monotonic() + 20
+        while _job_processes(job):
+            assert time.monotonic() < deadline, _job_processes(job)
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _job_processes(job):
+            os.kill(pid, signal.SIGKILL)

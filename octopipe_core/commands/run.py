@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from octopipe_core.commands.argtypes import JOB_TIMEOUT_S, STEPS, WARMUP
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.executor.ckpt_trust import CHECKPOINT_DIR_ENV, TRUST_ENV
 from octopipe_core.executor.job_config import load_job_config
+from octopipe_core.executor.local_launch import DIE_WITH_PARENT_ENV
 from octopipe_core.executor.trust import confirm_user_code
 
 
@@ -119,33 +121,58 @@ def end_process_group(proc: subprocess.Popen[Any]) -> None:
             time.sleep(0.2)
 
 
+class Stopped(Exception):
+    """This process got SIGTERM or SIGHUP while a job ran (the job has been ended)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
 def run_process_group(
     cmd: list[str], env: dict[str, str], timeout: float, cwd: str | Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` (in ``cwd``) in its own session with its output in files (not pipes, so a
-    dead agent whose workers live on cannot block the read). On a timeout, Ctrl-C, or once
-    the agent has exited, every process of the session is ended: nothing is left running."""
-    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
-        proc = subprocess.Popen(
-            cmd, env=env, cwd=cwd, stdout=out_f, stderr=err_f, start_new_session=True
-        )
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            end_process_group(proc)
-            raise OctoPipeError(
-                f"run: the job did not finish within {timeout:.0f} s and was stopped (every "
-                "rank ended); fix: raise --timeout or check the worker logs"
-            ) from None
-        except KeyboardInterrupt:
-            end_process_group(proc)
-            raise
-        finally:
-            end_process_group(proc)
-        out_f.seek(0)
-        err_f.seek(0)
-        stdout = out_f.read().decode("utf-8", "replace")
-        stderr = err_f.read().decode("utf-8", "replace")
+    dead agent whose workers live on cannot block the read). On a timeout, Ctrl-C, SIGTERM or
+    SIGHUP to this process, or once the agent has exited, every process of the session is
+    ended: nothing is left running (``Stopped`` is raised for a signal). If this process dies
+    without a word (SIGKILL), the launcher gets SIGTERM from the kernel and ends its ranks
+    (``executor.local_launch``: ``OCTOPIPE_DIE_WITH_PARENT``)."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = {}
+    if main_thread:  # signal handlers only exist there
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, _stop)
+    env = {**env, DIE_WITH_PARENT_ENV: "1"}
+    try:
+        with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=cwd, stdout=out_f, stderr=err_f, start_new_session=True
+            )
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                end_process_group(proc)
+                raise OctoPipeError(
+                    f"run: the job did not finish within {timeout:.0f} s and was stopped "
+                    "(every rank ended); fix: raise --timeout or check the worker logs"
+                ) from None
+            except (KeyboardInterrupt, Stopped):
+                end_process_group(proc)
+                raise
+            finally:
+                end_process_group(proc)
+            out_f.seek(0)
+            err_f.seek(0)
+            stdout = out_f.read().decode("utf-8", "replace")
+            stderr = err_f.read().decode("utf-8", "replace")
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 

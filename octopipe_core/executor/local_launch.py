@@ -196,6 +196,10 @@ def launch(world: int, worker_args: list[str], fresh: bool, grace_s: float = 5.0
     writers: list[int] = []
     sys.stdout.flush()
     sys.stderr.flush()
+    # before the first fork: a signal between two forks still ends the ranks started so far
+    # (each child puts the default handlers back)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, ranks.on_signal)
     for rank in range(world):
         r, w = os.pipe()
         pid = os.fork()
@@ -207,8 +211,6 @@ def launch(world: int, worker_args: list[str], fresh: bool, grace_s: float = 5.0
         os.close(r)
         writers.append(w)
         ranks.pids[pid] = rank
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-        signal.signal(sig, ranks.on_signal)
     try:
         from datetime import timedelta
 
@@ -229,7 +231,29 @@ def launch(world: int, worker_args: list[str], fresh: bool, grace_s: float = 5.0
     return ranks.wait()
 
 
+DIE_WITH_PARENT_ENV = "OCTOPIPE_DIE_WITH_PARENT"  # set by `octopipe run` for its launcher
+
+
+def die_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when the one that started it dies, however
+    it dies (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing): the launcher then ends its ranks.
+    If that parent is gone already, SIGTERM now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get(DIE_WITH_PARENT_ENV) == "1":
+        die_with_parent()
     ap = argparse.ArgumentParser(prog="octopipe-launch", description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, required=True, help="ranks to start (>= 1)")
     ap.add_argument("--exec", action="store_true", help="a fresh interpreter per rank")
