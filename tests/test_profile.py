@@ -121,3 +121,23 @@ def test_bad_files(tmp_path: Path) -> None:
         )
     with pytest.raises(OctoPipeError, match="sample 'nope'"):
         load_sample("nope")
+
+
+def test_keys_from_a_file_are_quoted_and_shortened_in_errors() -> None:
+    import json
+
+    from octopipe_core.cluster import parse_cluster_bytes
+    from octopipe_core.errors import OctoPipeError
+    from octopipe_core.profile import example_profile_dict, parse_profile_bytes
+
+    for key in ("a\nb", "\x1b[2J", "k" * 5000):
+        raw = json.dumps({**example_profile_dict(), key: 1}).encode()
+        with pytest.raises(OctoPipeError) as e:
+            parse_profile_bytes(raw, "p.json")
+        msg = str(e.value)
+        assert "\n" not in msg and "\x1b" not in msg and len(msg) < 600, msg[:80]
+        assert "unknown key" in msg and "fix:" in msg
+        with pytest.raises(OctoPipeError) as e:
+            parse_cluster_bytes(json.dumps({key: 1}).encode(), "c.json")
+        msg = str(e.value)
+        assert "\n" not in msg and "\x1b" not in msg and len(msg) < 600, msg[:80]
