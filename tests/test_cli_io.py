@@ -214,3 +214,43 @@ def test_profile_and_plan_cluster_check_out_before_any_work(
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "fix:" in err, (argv, err)
     assert mine.read_text() == "mine"
+
+
+def test_profile_and_run_refuse_sizes_before_allocating(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import octopipe_core.executor.profiler as profiler
+    from octopipe_core.plan import save_plan
+    from octopipe_core.profile import load_sample
+    from octopipe_core.schedules import build_plan
+
+    monkeypatch.setattr(profiler, "profile_layers", _no_work)
+    out = str(tmp_path / "p.json")
+    base = ["profile", "--out", out, "--layers", "embedding,mlp", "--hidden", "64", "--seq", "8"]
+    for extra, want in (
+        (["--repeats", "1000000000"], "--repeats"),
+        (["--hidden", "100000000"], "--hidden"),
+        (["--hidden", "65536", "--vocab", "10000000"], "GiB"),
+        (["--seq", "1000000", "--microbatch-size", "65536"], "GiB"),
+        (["--links", "--iters", "1000000000"], "--iters"),
+        (["--links", "--nproc", "1000"], "--nproc"),
+    ):
+        try:
+            code = main([*base, *extra])
+        except SystemExit as e:  # a flag out of its range: argparse's one line, exit 2
+            code = int(e.code or 0)
+        assert code == 2, extra
+        err = capsys.readouterr().err
+        assert want in err and len(err.strip().splitlines()) == 1, (extra, err)
+    assert main([*base[:4], "mlp*99999999", *base[5:]]) == 2
+    assert "over the 20,000 a profile holds" in capsys.readouterr().err
+    # a job folder whose stand-in model cannot fit: refused before a rank starts
+    prof = load_sample("tiny-hybrid")
+    save_plan(build_plan(prof, "1f1b", 2, 2), tmp_path / "plan.json", prof)
+    job = tmp_path / "job"
+    argv = ["export", str(tmp_path / "plan.json"), "--out", str(job), "--hidden", "65536",
+            "--vocab", "10000000"]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "GiB" in err and "ran 2 ranks" not in err and len(err.strip().splitlines()) == 1

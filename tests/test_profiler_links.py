@@ -77,8 +77,9 @@ def test_links_under_torchrun(tmp_path: Path) -> None:
 
 def test_links_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = str(tmp_path / "c.json")
-    assert main(["profile", "--links", "--nproc", "1", "--out", out]) == 2
-    assert "--nproc must be >= 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse's one line: a flag out of its range
+        main(["profile", "--links", "--nproc", "1", "--out", out])
+    assert e.value.code == 2 and "--nproc: 1 is out of range; use 2..64" in capsys.readouterr().err
     assert main(["profile", "--links", "--sizes-mib", "a,b", "--out", out]) == 2
     assert "not numbers" in capsys.readouterr().err
     assert main(["profile", "--links", "--nproc", "3", "--simulate-nodes", "2", "--out", out]) == 2

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from octopipe_core.commands.argtypes import int_in
 from octopipe_core.commands.common import check_writable
 from octopipe_core.errors import OctoPipeError
 
@@ -37,15 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="your model hook (builds the layers asked for; see the README), e.g. "
         "octopipe_core.executor.hf:llama_tiny; default: the stand-in layers",
     )
-    p.add_argument("--hidden", type=int, metavar="H")
-    p.add_argument("--seq", type=int, metavar="S")
-    p.add_argument("--microbatch-size", type=int, default=1, metavar="B")
-    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--hidden", type=int_in(1, 65_536), metavar="H")
+    p.add_argument("--seq", type=int_in(1, 1_048_576), metavar="S")
+    p.add_argument("--microbatch-size", type=int_in(1, 65_536), default=1, metavar="B")
+    p.add_argument("--vocab", type=int_in(1, 10_000_000), default=256)
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--repeats", type=int_in(1, 10_000), default=10)
+    p.add_argument("--warmup", type=int_in(0, 1_000), default=2)
+    p.add_argument("--threads", type=int_in(1, 1_024), default=1, help="torch CPU threads")
     p.add_argument("--name", default="measured")
     p.add_argument("--p2p-gbps", type=float, default=50.0)
     p.add_argument("--p2p-latency-us", type=float, default=10.0)
@@ -54,14 +55,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing --out")
     g = p.add_argument_group("links (--links)")
     g.add_argument("--links", action="store_true", help="measure the links, write a cluster file")
-    g.add_argument("--nproc", type=int, default=2, help="local gloo processes (not torchrun)")
+    g.add_argument(
+        "--nproc", type=int_in(2, MAX_LINK_PROCS), default=2,
+        help="local gloo processes (not torchrun)",
+    )  # fmt: skip
     g.add_argument(
         "--sizes-mib",
         default="",
         metavar="LIST",
         help="message sizes, comma-separated (default 4 bytes, 0.0625, 1, 4, 16)",
     )
-    g.add_argument("--iters", type=int, default=10, help="round trips per message size")
+    g.add_argument(
+        "--iters", type=int_in(1, 10_000), default=10, help="round trips per message size"
+    )
     g.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     g.add_argument(
         "--cluster",
@@ -126,6 +132,9 @@ def run_links(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_LINK_PROCS = 64  # local gloo processes of --links
+
+
 def run(args: argparse.Namespace) -> int:
     check_writable(args.out, args.force)  # before any measuring
     if args.links:
@@ -145,6 +154,13 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     layers = parse_layers(args.layers)
+    if not args.model:  # the stand-in layers: what they would hold is known before building
+        from octopipe_core.executor.models import check_memory
+
+        check_memory(
+            sorted({fam for _, fam in layers}), args.hidden, args.seq, args.vocab,
+            args.microbatch_size, args.dtype,
+        )  # fmt: skip
     st = ModelSettings(
         hidden=args.hidden,
         seq=args.seq,

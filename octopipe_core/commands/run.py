@@ -275,6 +275,16 @@ def preflight(cfg: dict[str, Any], path: Path) -> None:
         ) from None
     validate_plan(plan, prof.num_layers, src=str(path))
     check_lowered(lowered_from_strings(plan, lowered))
+    model = cfg.get("model") or {}
+    if not model.get("factory"):  # the stand-in layers: what every rank here would hold
+        from octopipe_core.executor.models import check_memory
+
+        families = [lt.family for lt in prof.layer_costs()]
+        check_memory(
+            families, int(model.get("hidden", 16)), int(model.get("seq", 8)),
+            int(model.get("vocab", 64)), int(model.get("microbatch_size", 2)),
+            str(model.get("dtype", "float64")), config_layout(cfg).dp, f"run: {path}",
+        )  # fmt: skip
     config_layout(cfg)  # a bad layout is reported before anything is launched
 
 

@@ -277,6 +277,62 @@ class LMHead(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
+
+
+def layer_params(family: str, hidden: int, vocab: int, experts: int = 4) -> int:
+    """About how many parameters a stand-in layer of ``family`` has (its largest matrices).
+
+    >>> layer_params("embedding", 16, 64), layer_params("mlp", 16, 64)
+    (1024, 2048)
+    """
+    h = hidden
+    per = {
+        "embedding": vocab * h,
+        "lm_head": vocab * h,
+        "moe": experts * 4 * h * h,
+        "mlp": 8 * h * h,
+        "attention": 4 * h * h,
+        "transformer_block": 12 * h * h,
+        "mamba": 8 * h * h,
+    }
+    return per.get(family, 12 * h * h)
+
+
+def check_memory(
+    families: list[str],
+    hidden: int,
+    seq: int,
+    vocab: int,
+    microbatch_size: int,
+    dtype: str,
+    replicas: int = 1,
+    what: str = "profile",
+) -> None:
+    """Refuse, before allocating anything, stand-in layers whose weights, gradients, optimizer
+    state and one micro-batch's activations would not fit this machine's memory.
+
+    >>> check_memory(["embedding", "mlp"], 16, 8, 64, 2, "float32")
+    """
+    import os
+
+    nbytes = _DTYPE_BYTES.get(dtype, 8)
+    params = sum(layer_params(f, hidden, vocab) for f in families)
+    state = params * nbytes * 4 * replicas  # weights, gradients, two Adam moments
+    act = microbatch_size * seq * (16 * hidden + seq) * nbytes * len(families) * replicas
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return
+    if state + act > 0.8 * ram:
+        raise OctoPipeError(
+            f"{what}: the model would need about {(state + act) / 2**30:,.1f} GiB (weights, "
+            f"gradients, optimizer state and activations at hidden {hidden:,}, vocab {vocab:,}, "
+            f"seq {seq:,}), over 80 % of this machine's {ram / 2**30:,.1f} GiB; fix: a smaller "
+            "--hidden, --vocab, --seq or --microbatch-size"
+        )
+
+
 @dataclass
 class ModelSettings:
     """Sizes and data of the executed model (CPU-small by default)."""

@@ -38,7 +38,7 @@ from octopipe_core.executor.models import (
     loss_fn,
     make_batch,
 )
-from octopipe_core.profile import FAMILIES, FORMAT, Profile
+from octopipe_core.profile import FAMILIES, FORMAT, MAX_LAYERS, Profile
 
 MIB = 2.0**20
 
@@ -69,6 +69,11 @@ def parse_layers(spec: str) -> list[tuple[str, str]]:
             raise OctoPipeError(
                 f"--layers: {raw!r}: unknown family {fam!r}; fix: use name=family with family "
                 f"in {', '.join(FAMILIES)}"
+            )
+        if len(out) + count > MAX_LAYERS:
+            raise OctoPipeError(
+                f"--layers: {len(out) + count:,} layers or more, over the {MAX_LAYERS:,} a "
+                "profile holds; fix: fewer repeats (a profile times each layer type once)"
             )
         out += [(name, fam)] * count
     if not out:
