@@ -79,3 +79,32 @@ def check_tune_layers(num_layers: int) -> None:
             "tuner can search within its budget; fix: group consecutive layers into blocks "
             "(a stage needs a few layers, not single ops), or use `simulate` with a peer"
         )
+
+
+MAX_COMMAND_OPS = 12_000_000  # a command without a time budget answers within about 20 s
+
+
+def check_peers_size(devices: int, microbatches: int, chunks: int, what: str) -> None:
+    """Refuse, before any work, a run of every peer (``baselines``, the peer table) whose
+    simulations add up to more than ``MAX_COMMAND_OPS`` ops: each alone may be under the
+    per-simulation limit while all of them together are not.
+
+    >>> check_peers_size(8, 32, 2, "baselines")
+    >>> try:
+    ...     check_peers_size(8, 65536, 2, "baselines")
+    ... except ValueError as e:
+    ...     print(str(e)[:37])
+    baselines: 14 peer plans of 8 devices
+    """
+    from octopipe_core.schedules import PARTITIONS, SCHEDULES, peer
+
+    stages = [peer(s).num_stages(devices, chunks) for s in SCHEDULES] * len(PARTITIONS)
+    total = sum(plan_ops(n, microbatches) for n in stages)
+    if total > MAX_COMMAND_OPS:
+        per_mb = max(1, sum(plan_ops(n, 1) for n in stages))
+        fit = max(1, MAX_COMMAND_OPS // per_mb)
+        raise OctoPipeError(
+            f"{what}: {len(stages)} peer plans of {devices:,} devices x {microbatches:,} "
+            f"micro-batches are {total:,} ops to simulate, over the {MAX_COMMAND_OPS:,} this "
+            f"command answers in about 20 s; fix: --microbatches {fit:,} or fewer"
+        )

@@ -254,3 +254,15 @@ def test_profile_and_run_refuse_sizes_before_allocating(
     assert main(["run", str(job)]) == 2
     err = capsys.readouterr().err
     assert "GiB" in err and "ran 2 ranks" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_baselines_refuses_a_total_it_cannot_answer_in_time(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every peer alone is under the per-simulation limit; all 14 together are not
+    monkeypatch.setattr(baselines_cmd, "run_peers", _no_work)
+    argv = ["baselines", "--profile", "nemotron-h-8b", "--devices", "8", "--microbatches"]
+    assert main([*argv, "65536"]) == 2
+    err = capsys.readouterr().err
+    assert "52,428,800 ops" in err and "fix: --microbatches" in err
+    assert len(err.strip().splitlines()) == 1

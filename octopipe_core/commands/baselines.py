@@ -15,6 +15,7 @@ from octopipe_core.commands.common import (
     table,
 )
 from octopipe_core.errors import OctoPipeError
+from octopipe_core.limits import check_peers_size
 from octopipe_core.peers import PeerRun, PeerTable, baselines, run_peers
 from octopipe_core.profile import Profile
 from octopipe_core.schedules import PARTITIONS, SCHEDULES
@@ -67,6 +68,7 @@ def _check_out_dir(out: str, force: bool) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     out_dir = _check_out_dir(args.out, args.force) if args.out else None
+    check_peers_size(args.devices, args.microbatches, args.chunks, "baselines")
     prof = resolve_profile(args.profile)
     runs = run_peers(prof, args.devices, args.microbatches, args.chunks, args.memory_gib)
     saved = _save(runs, out_dir, args.memory_gib, prof) if out_dir else []
