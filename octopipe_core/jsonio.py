@@ -81,8 +81,8 @@ def loads_checked(raw: bytes | str, src: str) -> Any:
 
     Refuses files over ``MAX_FILE_MIB``, non-UTF-8 bytes, syntax errors (with line and
     column), nesting deeper than ``MAX_DEPTH``, integers of more than ``MAX_INT_DIGITS``
-    digits, ``NaN``/``Infinity`` and numbers that overflow to infinity, and unpaired
-    surrogates in any string.
+    digits, ``NaN``/``Infinity`` and numbers that overflow to infinity, unpaired surrogates
+    in any string, and a key given twice in one object.
     """
     size_mib = len(raw) / 2**20
     if size_mib > MAX_FILE_MIB:
@@ -105,10 +105,24 @@ def loads_checked(raw: bytes | str, src: str) -> Any:
             overflow.append(t)
         return v
 
+    dup: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items) and not dup:  # a key given twice: which one was meant?
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    dup.append(k)
+                    break
+                seen.add(k)
+        return out
+
     try:
         data = json.loads(
-            text, parse_int=_parse_int, parse_float=parse_float, parse_constant=_reject_constant
-        )
+            text, parse_int=_parse_int, parse_float=parse_float, parse_constant=_reject_constant,
+            object_pairs_hook=pairs,
+        )  # fmt: skip
     except json.JSONDecodeError as e:
         raise input_error(
             src, "<file>", f"invalid JSON at line {e.lineno}, column {e.colno} ({e.msg})",
@@ -118,6 +132,10 @@ def loads_checked(raw: bytes | str, src: str) -> Any:
         raise input_error(src, "<file>", str(e), "write plain finite numbers") from None
     except RecursionError:
         raise input_error(src, "<file>", "nested too deeply", "flatten the JSON") from None
+    if dup:
+        raise input_error(
+            src, dup[0], "given twice in one object", "keep one of them (JSON keeps the last)"
+        )
     if _max_depth(data) > MAX_DEPTH or overflow or not _encodes(data):
         _check_tree(data, src)  # the slow walk names the field
     return data

@@ -572,6 +572,15 @@ def parse_profile_csv(text: str, src: str = "<csv>") -> Profile:
         elif s:
             body.append(line)
     reader = csv.DictReader(io.StringIO("\n".join(body)))
+    try:
+        return _csv_rows(reader, meta, src)
+    except csv.Error as e:  # a cell over the csv module's field limit, a stray quote
+        raise input_error(
+            src, "<csv>", f"unreadable CSV ({e})", "write one plain row a layer"
+        ) from None
+
+
+def _csv_rows(reader: csv.DictReader[str], meta: dict[str, Any], src: str) -> Profile:
     cols = reader.fieldnames or []
     for c in cols:
         if c not in CSV_COLUMNS:
@@ -692,7 +701,7 @@ def profile_to_csv(profile: Profile) -> str:
 def parse_profile_bytes(raw: bytes, filename: str) -> Profile:
     """Parse an uploaded or read file; JSON or CSV chosen by extension (then by content)."""
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")  # a BOM (spreadsheets write one)
     except UnicodeDecodeError:
         raise input_error(
             filename, "<file>", "not UTF-8 text", "upload a JSON or CSV profile"

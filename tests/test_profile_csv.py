@@ -38,3 +38,26 @@ def test_costmodel_csv_out_keeps_gpus(tmp_path: Path) -> None:
     plan = build_plan(from_json, "1f1b", 4, 8)
     tokens = [simulate(p, plan).tokens_per_gpu_per_s for p in (from_csv, from_json)]
     assert tokens[0] == pytest.approx(tokens[1])  # was 8x too high from the CSV
+
+
+def test_a_bom_a_huge_cell_and_a_duplicate_key_are_one_line_errors() -> None:
+    import json
+
+    from octopipe_core.errors import OctoPipeError
+    from octopipe_core.profile import (
+        Profile,
+        example_profile_dict,
+        parse_profile_bytes,
+        profile_to_csv,
+    )
+
+    text = profile_to_csv(Profile.from_dict(example_profile_dict()))
+    # a spreadsheet's byte-order mark is not a column name
+    assert parse_profile_bytes(("\ufeff" + text).encode(), "p.csv").num_layers == 4
+    huge = text.replace("mamba2", "m" * 200_000, 1)
+    with pytest.raises(OctoPipeError) as e:
+        parse_profile_bytes(huge.encode(), "p.csv")
+    assert "unreadable CSV" in str(e.value) and "\n" not in str(e.value)
+    raw = json.dumps(example_profile_dict())[:-1] + ', "name": "other"}'
+    with pytest.raises(OctoPipeError, match="field 'name': given twice in one object"):
+        parse_profile_bytes(raw.encode(), "p.json")
