@@ -247,6 +247,22 @@ def _as_timeline(run: pd.DataFrame, plan: Plan, scale: float) -> pd.DataFrame:
     )
 
 
+def _side_bars(rows: pd.DataFrame, scale: float, name: str, color: str, hover: str) -> go.Bar:
+    """Thin bars in the executed half of each lane: waits, or the step's tail."""
+    start = rows["start_ms"].to_numpy() * scale
+    return go.Bar(
+        x=rows["end_ms"].to_numpy() * scale - start,
+        base=start,
+        y=rows["device"].to_numpy() - RUN_LANES.compute_shift,
+        width=RUN_LANES.compute_width * 0.5,
+        orientation="h",
+        name=name,
+        marker={"color": color},
+        customdata=rows["op"].to_numpy(),
+        hovertemplate=hover,
+    )
+
+
 def overlay_figure(
     sim: pd.DataFrame, run: pd.DataFrame, plan: Plan, scale: float = 1.0
 ) -> go.Figure:
@@ -264,38 +280,22 @@ def overlay_figure(
         t.legendgroup = f"run-{kind}"
         t.marker.line = {"width": 1, "color": "#222222"}
         fig.add_trace(t)
-    w = run[run["cat"] == "wait"]
-    if len(w):
-        start = w["start_ms"].to_numpy() * scale
+    waits = run[run["cat"] == "wait"]
+    if len(waits):
         fig.add_trace(
-            go.Bar(
-                x=w["end_ms"].to_numpy() * scale - start,
-                base=start,
-                y=w["device"].to_numpy() - RUN_LANES.compute_shift,
-                width=RUN_LANES.compute_width * 0.5,
-                orientation="h",
-                name="executed: waiting for an input",
-                marker={"color": "#9E9E9E"},
-                customdata=w["op"].to_numpy(),
-                hovertemplate="waiting for the input of %{customdata}<extra></extra>",
+            _side_bars(
+                waits, scale, "executed: waiting for an input", "#9E9E9E",
+                "waiting for the input of %{customdata}<extra></extra>",
             )
-        )
+        )  # fmt: skip
     tail = run[run["cat"] == "dp"]
     if len(tail):
-        start = tail["start_ms"].to_numpy() * scale
         fig.add_trace(
-            go.Bar(
-                x=tail["end_ms"].to_numpy() * scale - start,
-                base=start,
-                y=tail["device"].to_numpy() - RUN_LANES.compute_shift,
-                width=RUN_LANES.compute_width * 0.5,
-                orientation="h",
-                name="executed: DP reduction, step sync, optimizer",
-                marker={"color": "#5C6BC0"},
-                customdata=tail["op"].to_numpy(),
-                hovertemplate="%{customdata}: %{x:.3f} ms<extra></extra>",
+            _side_bars(
+                tail, scale, "executed: DP reduction, step sync, optimizer", "#5C6BC0",
+                "%{customdata}: %{x:.3f} ms<extra></extra>",
             )
-        )
+        )  # fmt: skip
     d = plan.num_devices
     ticks = np.ravel([[i - SIM_LANES.compute_shift, i + SIM_LANES.compute_shift] for i in range(d)])
     text = np.ravel([[f"d{i} simulated", f"d{i} executed"] for i in range(d)])
