@@ -50,7 +50,7 @@ from octopipe_core.costs import stage_costs
 from octopipe_core.dp_sync import device_weight_mib
 from octopipe_core.errors import OctoPipeError
 from octopipe_core.plan import Plan
-from octopipe_core.profile import NO_RUNTIME, LayerType, Profile, RuntimeCosts
+from octopipe_core.profile import NO_RUNTIME, Profile, RuntimeCosts
 
 Record = tuple[int, int, str, float, float, float]  # (rank, step, op, start_s, end_s, wait_s)
 TailRecord = tuple[int, int, str, float, float]  # (rank, step, name, start_s, end_s)
@@ -96,10 +96,14 @@ class Fit:
     # per (run index, stage, kind): measured mean busy time (ms) and the op count
     observed: dict[tuple[int, int, str], tuple[float, int]]
     latency_samples: int = 0
+    # computed once (the record, the report and --json all read them)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def residuals(self) -> dict[str, dict[str, float]]:
         """Per op kind: ops fitted, RMS and largest error of the fitted op time against the
         measured mean (%, fitted / measured - 1)."""
+        if "residuals" in self._memo:
+            return dict(self._memo["residuals"])
         out: dict[str, dict[str, float]] = {}
         tables = [
             stage_costs(self.profile, r.plan.partition, r.plan.recompute).ops_on(r.plan.placement)
@@ -119,16 +123,20 @@ class Fit:
                 "rms_pct": round(rms * 100, 2),
                 "max_abs_pct": round(max(abs(e) for e, _ in errs[k]) * 100, 2),
             }
+        self._memo["residuals"] = out
         return out
 
     def step_error_pct(self) -> dict[str, float]:
         """Per run: the calibrated profile's simulated step against the measured median (%)."""
         from octopipe_core.simulator import simulate
 
+        if "steps" in self._memo:
+            return dict(self._memo["steps"])
         out = {}
         for r in self.runs:
             pred = simulate(self.profile, r.plan, check=False).step_time_ms
             out[r.name] = round((pred / statistics.median(r.step_ms()) - 1) * 100, 2)
+        self._memo["steps"] = out
         return out
 
     def report(self) -> list[str]:
@@ -567,17 +575,3 @@ def synthetic_run(truth: Profile, plan: Plan, name: str, steps: int = 3) -> RunD
         if t.kind == "optimizer"
     ]
     return RunData(name, plan, records, tail, spans)
-
-
-def layer_type_table(fit: Fit) -> list[dict[str, Any]]:
-    """Per layer type: its fitted F, B and W times (ms), for reports."""
-    lts: tuple[LayerType, ...] = fit.profile.layer_types
-    return [
-        {
-            "type": t.name,
-            "forward_ms": t.forward_ms,
-            "backward_input_ms": t.backward_input_ms,
-            "backward_weight_ms": t.backward_weight_ms,
-        }
-        for t in lts
-    ]

@@ -165,7 +165,8 @@ def stage_costs(
     >>> from octopipe_core.profile import Profile, example_profile_dict
     >>> prof = Profile.from_dict(example_profile_dict())
     >>> c = stage_costs(prof, [(0, 2), (2, 4)], recompute=[1])
-    >>> c.b_ms[1] == stage_costs(prof, [(0, 2), (2, 4)]).b_ms[1] + c.f_ms[1], c.rec_mib(0)
+    >>> plain = stage_costs(prof, [(0, 2), (2, 4)])
+    >>> c.b_ms[1] == plain.b_ms[1] + c.f_ms[1], c.ops.alloc_mib["B"][0]
     (True, 0.0)
     """
     layers = profile.layer_costs()

@@ -466,14 +466,14 @@ def _parse_runtime(raw: Any, src: str) -> RuntimeCosts:
     known = ("op_overhead_ms", "send_op_ms", "device_speed", "step_tail_ms", "optimizer_ms_per_mib")
     for key in raw:
         if key not in known:
-            raise input_error(src, f"runtime.{_key(key)}", "unknown key", f"use {', '.join(known)}")
+            raise input_error(src, f"runtime.{key}", "unknown key", f"use {', '.join(known)}")
     ops = raw.get("op_overhead_ms", {})
     if not isinstance(ops, dict):
         raise input_error(src, "runtime.op_overhead_ms", "expected an object", fix)
     for key in ops:
         if key not in ("F", "B", "W", "BW"):
             raise input_error(
-                src, f"runtime.op_overhead_ms.{_key(key)}", "unknown op kind", "use F, B, W, BW"
+                src, f"runtime.op_overhead_ms.{key}", "unknown op kind", "use F, B, W, BW"
             )
     vals = {k: _number(ops[k], src, f"runtime.op_overhead_ms.{k}_ms") for k in ops}
     speed = raw.get("device_speed", [])
@@ -515,12 +515,6 @@ def _parse_calibration(raw: Any, src: str) -> str:
     if len(text) > 65_536:
         raise input_error(src, "calibration", "over 64 KiB", "re-run octopipe calibrate")
     return text
-
-
-def _key(key: Any) -> str:
-    """A key from a file, quoted and shortened for a one-line message."""
-    text = repr(str(key))
-    return text if len(text) <= 40 else text[:37] + "...'"
 
 
 # --------------------------------------------------------------------------------------------

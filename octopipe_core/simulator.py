@@ -283,7 +283,7 @@ class SimResult:
 
     def memory_events(self, device: int) -> list[tuple[float, float]]:
         """``(time_ms, delta_mib)`` of ``device``'s activation memory, in time order: F
-        allocates at its start, B/W/BW free at their end (see ``memory_freed_mib``); a B or BW
+        allocates at its start, B/W/BW free at their end (``costs.OpTable``); a B or BW
         also holds its stage's working memory while it runs."""
         c = self.costs
         lo, hi = self.device_op_ranges()[device]
@@ -506,12 +506,6 @@ def _simulate(
             [end[base[d] + lens[d] - 1] if lens[d] else 0.0 for d in range(D)],
         ) if dep is not None or profile.runtime.has_tail else [],
     )  # fmt: skip
-
-
-def memory_freed_mib(costs: StageCosts, a: Action) -> float:
-    """What a backward action frees at its end: B all but the W stash, W the stash, BW all
-    (with recomputation, B and BW also free what they allocated at their start)."""
-    return costs.ops.free_mib[a.kind][a.stage]
 
 
 def peak_inflight(result: SimResult, stage: int) -> int:

@@ -4,6 +4,7 @@ the step's tail, and the least-squares fit that recovers costs injected into kno
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -289,3 +290,24 @@ def test_calibrate_from_a_recorded_trace_fits_what_its_result_fits(tmp_path: Pat
                 cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 2 and "2 plans for 1 traces" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(600)
+def test_calibrate_at_dp_2_fits_the_tail_of_a_pp_x_dp_step(tmp_path: Path) -> None:
+    prof = load_sample("tiny-hybrid")
+    save_plan(build_plan(prof, "zb-h1", 2, 4, partition="balanced"), tmp_path / "zb.json", prof)
+    argv = ["calibrate", "zb.json", "--out", "cal.json", "--dp", "2", "--steps", "3",
+            "--rounds", "1", "--warmup", "1", "--json"]  # fmt: skip
+    proc = _cli(*argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "(4 ranks," in proc.stderr  # 2 pipeline devices x 2 replicas
+    got = load_profile(tmp_path / "cal.json")
+    assert json.loads(got.calibration)["dp"] == 2
+    # the step's tail (reductions, all-reduce, optimizer) is in the fitted step
+    assert got.runtime.step_tail_ms > 0
+    summary = json.loads(proc.stdout)  # its accuracy at DP 2 depends on the load: see docs
+    assert set(summary["step_error_pct"]) == {"zb.json", "interleaved-x5/uniform"}
+    assert all(math.isfinite(e) for e in summary["step_error_pct"].values())
+    proc = _cli(*argv[:-1], "--dp", "17", "--force", cwd=tmp_path)
+    assert proc.returncode == 2 and "--dp 17 is over 16" in proc.stderr

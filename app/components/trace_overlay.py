@@ -280,22 +280,16 @@ def overlay_figure(
         t.legendgroup = f"run-{kind}"
         t.marker.line = {"width": 1, "color": "#222222"}
         fig.add_trace(t)
-    waits = run[run["cat"] == "wait"]
-    if len(waits):
-        fig.add_trace(
-            _side_bars(
-                waits, scale, "executed: waiting for an input", "#9E9E9E",
-                "waiting for the input of %{customdata}<extra></extra>",
-            )
-        )  # fmt: skip
-    tail = run[run["cat"] == "dp"]
-    if len(tail):
-        fig.add_trace(
-            _side_bars(
-                tail, scale, "executed: DP reduction, step sync, optimizer", "#5C6BC0",
-                "%{customdata}: %{x:.3f} ms<extra></extra>",
-            )
-        )  # fmt: skip
+    side = (
+        ("wait", "executed: waiting for an input", "#9E9E9E",
+         "waiting for the input of %{customdata}<extra></extra>"),
+        ("dp", "executed: DP reduction, step sync, optimizer", "#5C6BC0",
+         "%{customdata}: %{x:.3f} ms<extra></extra>"),
+    )  # fmt: skip
+    for cat, name, color, hover in side:
+        rows = run[run["cat"] == cat]
+        if len(rows):
+            fig.add_trace(_side_bars(rows, scale, name, color, hover))
     d = plan.num_devices
     ticks = np.ravel([[i - SIM_LANES.compute_shift, i + SIM_LANES.compute_shift] for i in range(d)])
     text = np.ravel([[f"d{i} simulated", f"d{i} executed"] for i in range(d)])
